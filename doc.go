@@ -1,0 +1,2 @@
+// Package kinesub consumes Amazon Kinesis Data Streams.
+package kinesub

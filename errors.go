@@ -1,0 +1,50 @@
+package kinesub
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrClosed is returned by calls on a Subscriber (or its Seeker) after Close.
+	ErrClosed = errors.New("kinesub: subscriber closed")
+	// ErrInvalidOption is wrapped by every error about an option's value; the message names
+	// the option and its allowed range.
+	ErrInvalidOption = errors.New("kinesub: invalid option")
+	// ErrStreamNotFound means the stream does not exist (or was deleted while being read).
+	ErrStreamNotFound = errors.New("kinesub: stream not found")
+	// ErrShardNotOwned is returned by a shard-scoped Seek when this subscriber does not hold
+	// the shard's lease.
+	ErrShardNotOwned = errors.New("kinesub: shard not owned by this subscriber")
+	// ErrShardFinished is returned by a shard-scoped Seek on a shard read to its end.
+	ErrShardFinished = errors.New("kinesub: shard finished")
+	// ErrUnknownShard is returned by a shard-scoped Seek naming a shard the stream lacks.
+	ErrUnknownShard = errors.New("kinesub: unknown shard")
+	// ErrAggregatedRecord is reported (on Errors) for a KPL-aggregated record, which kinesub
+	// does not deaggregate; the record is not delivered and counts as handled.
+	ErrAggregatedRecord = errors.New("kinesub: KPL-aggregated record not supported")
+	// ErrInvalidPosition is wrapped by ParsePosition's errors.
+	ErrInvalidPosition = errors.New("kinesub: invalid position")
+	// ErrAlreadySettled is returned by a second Ack or Nack of the same Message.
+	ErrAlreadySettled = errors.New("kinesub: message already settled")
+)
+
+// ShardError is a failure of one operation on one shard. It is reported on Errors(); the
+// shard's reader retries with backoff unless the error is fatal.
+type ShardError struct {
+	Stream string
+	Shard  string
+	Op     string // "GetRecords", "GetShardIterator", "Checkpoint", "Renew", …
+	Err    error
+}
+
+func (e *ShardError) Error() string {
+	return fmt.Sprintf("kinesub: %s %s/%s: %v", e.Op, e.Stream, e.Shard, e.Err)
+}
+
+func (e *ShardError) Unwrap() error { return e.Err }
+
+// optionError builds the error for an option value outside its range.
+func optionError(option string, value any, allowed string) error {
+	return fmt.Errorf("%w: %s(%v): %s", ErrInvalidOption, option, value, allowed)
+}

@@ -1,0 +1,73 @@
+// Package lease holds the shard leases that let several kinesub subscribers share one stream.
+//
+// A lease gives one owner the right to read one shard until its expiry; the owner renews it
+// well before then. Every write bumps the lease's counter, and every write an owner makes is
+// conditional on still owning the lease, so an owner whose lease was taken over (fenced) can
+// neither renew nor checkpoint: its writes report false and it stops reading that shard.
+//
+// Two stores implement Store: Memory, for a single process (the default of kinesub.Subscribe),
+// and DynamoDB, for several processes sharing one table. Both pass the same conformance suite
+// (package leasetest).
+package lease
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ShardEnd is the checkpoint value of a shard that has been read to its end: a closed shard
+// (after a split or a merge) whose every record was handled. Its children may then start.
+const ShardEnd = "SHARD_END"
+
+// Lease is one shard's lease as stored.
+type Lease struct {
+	// Key names the leased thing; kinesub uses "<stream name>/<shard id>".
+	Key string
+	// Owner is the current holder, empty when nobody holds the lease (never taken, or released).
+	Owner string
+	// Expiry is when the owner's claim lapses unless renewed. Zero when released.
+	Expiry time.Time
+	// Counter is bumped by every write to the lease: a fencing token that only grows.
+	Counter int64
+	// Checkpoint is the sequence number of the last handled record, ShardEnd, or empty.
+	Checkpoint string
+}
+
+// Held reports whether a live owner holds the lease at instant now.
+func (l Lease) Held(now time.Time) bool {
+	return l.Owner != "" && now.Before(l.Expiry)
+}
+
+// Store keeps leases. Implementations are safe for concurrent use.
+//
+// The boolean results report ownership, not failure: false means another owner holds the
+// lease (Acquire, Steal) or the caller no longer owns it (Renew, Checkpoint). An error means
+// the store could not be asked.
+type Store interface {
+	// Acquire takes the lease for owner for ttl when it is free, released, expired or already
+	// owner's. It returns false while another live owner holds it.
+	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+	// Steal takes the lease for owner for ttl whatever its state, provided its counter still
+	// equals counter (as observed by Read or List): the fenced-takeover used by balancing.
+	Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error)
+	// Renew extends owner's lease to now+ttl. It returns false when owner no longer holds it.
+	Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
+	// Checkpoint records sequence as the lease's checkpoint, conditional on owner holding it.
+	// It returns false when owner no longer holds it (fenced).
+	Checkpoint(ctx context.Context, key, owner, sequence string) (bool, error)
+	// Read returns the lease, or a zero Lease with only Key set when there is none.
+	Read(ctx context.Context, key string) (Lease, error)
+	// Release hands the lease back at once, keeping its checkpoint, when owner holds it; it
+	// changes nothing otherwise.
+	Release(ctx context.Context, key, owner string) error
+	// List returns every lease in the store.
+	List(ctx context.Context) ([]Lease, error)
+}
+
+// ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, or a
+// non-positive TTL. Such calls do no I/O.
+var ErrInvalidArgument = errors.New("lease: invalid argument")
+
+// ErrTableNotFound is returned, wrapped, when the DynamoDB lease table does not exist.
+var ErrTableNotFound = errors.New("lease: table not found")

@@ -1,0 +1,221 @@
+package kinesub
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// Option configures Subscribe. Options are validated before any I/O; an invalid value makes
+// Subscribe return an error wrapping ErrInvalidOption that names the option and its range.
+type Option func(*config)
+
+type config struct {
+	store              lease.Store
+	owner              string
+	batchSize          int32
+	pollInterval       time.Duration
+	shardSyncInterval  time.Duration
+	leaseTTL           time.Duration
+	createShards       int32 // 0: do not create
+	logger             *slog.Logger
+	checkpointInterval time.Duration
+	maxInFlight        int
+	bufferSize         int
+	requestTimeout     time.Duration
+	balanceInterval    time.Duration // 0: 2 × leaseTTL
+	startAt            *Position
+
+	errs []error // collected while applying options, reported by validate
+}
+
+func defaultConfig() config {
+	return config{
+		batchSize:          1000,
+		pollInterval:       time.Second,
+		shardSyncInterval:  10 * time.Second,
+		leaseTTL:           10 * time.Second,
+		checkpointInterval: 5 * time.Second,
+		maxInFlight:        10000,
+		bufferSize:         1000,
+		requestTimeout:     10 * time.Second,
+	}
+}
+
+// Limits of the options' ranges.
+const (
+	minBatchSize   = 1
+	maxBatchSize   = 10000
+	minInterval    = time.Millisecond
+	maxInterval    = time.Hour
+	minLeaseTTL    = 10 * time.Millisecond
+	maxLeaseTTL    = time.Hour
+	maxCreate      = 10000
+	maxMaxInFlight = 10_000_000
+	maxBufferSize  = 1_000_000
+	minTimeout     = 10 * time.Millisecond
+	maxTimeout     = 5 * time.Minute
+)
+
+func (c *config) validate() error {
+	if len(c.errs) > 0 {
+		return c.errs[0]
+	}
+	switch {
+	case c.batchSize < minBatchSize || c.batchSize > maxBatchSize:
+		return optionError("WithBatchSize", c.batchSize, fmt.Sprintf("must be between %d and %d", minBatchSize, maxBatchSize))
+	case c.pollInterval < minInterval || c.pollInterval > maxInterval:
+		return optionError("WithPollInterval", c.pollInterval, fmt.Sprintf("must be between %v and %v", minInterval, maxInterval))
+	case c.shardSyncInterval < minInterval || c.shardSyncInterval > maxInterval:
+		return optionError("WithShardSyncInterval", c.shardSyncInterval, fmt.Sprintf("must be between %v and %v", minInterval, maxInterval))
+	case c.leaseTTL < minLeaseTTL || c.leaseTTL > maxLeaseTTL:
+		return optionError("WithLeaseTTL", c.leaseTTL, fmt.Sprintf("must be between %v and %v", minLeaseTTL, maxLeaseTTL))
+	case c.createShards < 0 || c.createShards > maxCreate:
+		return optionError("WithCreateIfMissing", c.createShards, fmt.Sprintf("must be between 1 and %d shards", maxCreate))
+	case c.checkpointInterval < 0 || c.checkpointInterval > maxInterval:
+		return optionError("WithCheckpointInterval", c.checkpointInterval, fmt.Sprintf("must be between 0 (every advance) and %v", maxInterval))
+	case c.maxInFlight < 1 || c.maxInFlight > maxMaxInFlight:
+		return optionError("WithMaxInFlight", c.maxInFlight, fmt.Sprintf("must be between 1 and %d", maxMaxInFlight))
+	case c.bufferSize < 0 || c.bufferSize > maxBufferSize:
+		return optionError("WithBufferSize", c.bufferSize, fmt.Sprintf("must be between 0 and %d", maxBufferSize))
+	case c.requestTimeout < minTimeout || c.requestTimeout > maxTimeout:
+		return optionError("WithRequestTimeout", c.requestTimeout, fmt.Sprintf("must be between %v and %v", minTimeout, maxTimeout))
+	case c.balanceInterval != 0 && (c.balanceInterval < minInterval || c.balanceInterval > maxInterval):
+		return optionError("WithBalanceInterval", c.balanceInterval, fmt.Sprintf("must be between %v and %v", minInterval, maxInterval))
+	}
+	if c.store == nil {
+		c.store = lease.NewMemory()
+	}
+	if c.owner == "" {
+		c.owner = defaultOwner()
+	}
+	if c.logger == nil {
+		c.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.balanceInterval == 0 {
+		c.balanceInterval = 2 * c.leaseTTL
+	}
+	return nil
+}
+
+func (c *config) reject(option string, value any, allowed string) {
+	c.errs = append(c.errs, optionError(option, value, allowed))
+}
+
+func defaultOwner() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "host"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// WithLeaseStore sets where shard leases and checkpoints live. The default is lease.NewMemory(),
+// which suits one process whose checkpoints need not survive a restart; share a lease.DynamoDB
+// table between processes that consume the same stream. nil is rejected.
+func WithLeaseStore(s lease.Store) Option {
+	return func(c *config) {
+		if s == nil {
+			c.reject("WithLeaseStore", "nil", "must be a lease.Store")
+			return
+		}
+		c.store = s
+	}
+}
+
+// WithOwner sets the name this subscriber writes into the leases it holds. The default is
+// "<hostname>-<pid>-<random>". Two live subscribers must never share a name. Empty is rejected.
+func WithOwner(owner string) Option {
+	return func(c *config) {
+		if owner == "" || len(owner) > 256 {
+			c.reject("WithOwner", fmt.Sprintf("%q", owner), "must be 1 to 256 characters")
+			return
+		}
+		c.owner = owner
+	}
+}
+
+// WithBatchSize sets the most records one GetRecords call asks for, overriding the default 1000.
+// Range 1 to 10000 (the service's limit).
+func WithBatchSize(n int32) Option { return func(c *config) { c.batchSize = n } }
+
+// WithPollInterval sets how long a reader waits after an empty GetRecords response before it
+// polls that shard again, overriding the default 1s (the service's advice for idle shards).
+// After a non-empty response the reader polls again at once, within the per-shard rate limit.
+// Range 1ms to 1h.
+func WithPollInterval(d time.Duration) Option { return func(c *config) { c.pollInterval = d } }
+
+// WithShardSyncInterval sets how often the shard list is refreshed to find new shards (after a
+// split or a merge) and free leases, overriding the default 10s. Range 1ms to 1h.
+func WithShardSyncInterval(d time.Duration) Option {
+	return func(c *config) { c.shardSyncInterval = d }
+}
+
+// WithLeaseTTL sets how long a lease lives unless renewed, overriding the default 10s. Leases
+// are renewed every TTL/3 on their own schedule, whatever the consumer does. A subscriber that
+// dies holds its shards until their leases expire. Range 10ms to 1h.
+func WithLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL = d } }
+
+// WithCreateIfMissing makes Subscribe create the stream with the given number of shards
+// (provisioned mode) when it does not exist, and wait until it is active. By default a missing
+// stream is an error (ErrStreamNotFound). Range 1 to 10000.
+func WithCreateIfMissing(shards int32) Option {
+	return func(c *config) {
+		if shards < 1 || shards > maxCreate {
+			c.reject("WithCreateIfMissing", shards, fmt.Sprintf("must be between 1 and %d shards", maxCreate))
+			return
+		}
+		c.createShards = shards
+	}
+}
+
+// WithLogger sets the logger; the default discards everything. Child loggers carry the keys
+// "stream" and "shard_id". nil is rejected.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l == nil {
+			c.reject("WithLogger", "nil", "must be a *slog.Logger")
+			return
+		}
+		c.logger = l
+	}
+}
+
+// WithCheckpointInterval sets how often each shard's acknowledged watermark is written to the
+// lease store, overriding the default 5s. Ack itself never waits on the store: it advances the
+// watermark in memory, and a per-shard flusher writes the newest one at most once per interval,
+// and always at the shard's end, on lease release, before a seek and on Close. 0 writes on every
+// advance. Range 0 to 1h. Commit forces a flush.
+func WithCheckpointInterval(d time.Duration) Option {
+	return func(c *config) { c.checkpointInterval = d }
+}
+
+// WithMaxInFlight caps the delivered-but-unsettled records per shard, overriding the default
+// 10000. A reader at the cap stops fetching until acks free room, so memory stays bounded by
+// roughly cap × record size × owned shards whatever the consumer does. Range 1 to 10000000.
+func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
+
+// WithBufferSize sets the capacity of the Messages channel shared by all readers, overriding
+// the default 1000. Range 0 (unbuffered) to 1000000.
+func WithBufferSize(n int) Option { return func(c *config) { c.bufferSize = n } }
+
+// WithRequestTimeout sets the deadline of each call to Kinesis and to the lease store,
+// overriding the default 10s. Range 10ms to 5m.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *config) { c.requestTimeout = d }
+}
+
+// WithBalanceInterval sets how often this subscriber compares its share of the leases with the
+// other live owners' and takes one lease from the most loaded when under its fair share,
+// overriding the default of twice the lease TTL. Range 1ms to 1h.
+func WithBalanceInterval(d time.Duration) Option {
+	return func(c *config) { c.balanceInterval = d }
+}
