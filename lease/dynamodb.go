@@ -1,0 +1,396 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Attribute names of a lease item.
+const (
+	attrKey        = "lease_key"     // S, partition key
+	attrOwner      = "lease_owner"   // S, absent while nobody holds the lease
+	attrExpiry     = "lease_expiry"  // N, milliseconds since the Unix epoch; absent when released
+	attrCounter    = "lease_counter" // N, bumped by every write: the fencing token
+	attrCheckpoint = "checkpoint"    // S
+)
+
+// Every expression goes through these placeholders, so no attribute name can collide with a
+// DynamoDB reserved word.
+var attrNames = map[string]string{
+	"#owner":   attrOwner,
+	"#expiry":  attrExpiry,
+	"#counter": attrCounter,
+	"#cp":      attrCheckpoint,
+}
+
+// dynamoAPI is the subset of *dynamodb.Client the store calls; the signatures are the SDK's,
+// so a test can put a fake in its place.
+type dynamoAPI interface {
+	CreateTable(ctx context.Context, params *dynamodb.CreateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
+	DescribeTable(ctx context.Context, params *dynamodb.DescribeTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
+	UpdateItem(ctx context.Context, params *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	Scan(ctx context.Context, params *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+}
+
+var _ dynamoAPI = (*dynamodb.Client)(nil)
+
+// DynamoDB is a Store kept in a DynamoDB table, one item per lease, for several processes
+// sharing a stream. It is safe for concurrent use.
+//
+// The table has a string partition key named lease_key; EnsureTable creates it. Each item
+// holds lease_owner (absent while nobody holds the lease), lease_expiry (milliseconds since
+// the Unix epoch), lease_counter (the fencing token, bumped by every write) and checkpoint.
+// Every write is a single conditional UpdateItem, so the store needs no transactions; reads
+// are strongly consistent.
+//
+// Expiry is computed from the local clock of the process that writes it and compared with
+// the local clock of the process that tries to take the lease over. The store therefore
+// assumes the clocks of all processes sharing the table differ by much less than the lease
+// TTL; choose a TTL of several seconds at least (clock skew between NTP-synchronised hosts is
+// usually milliseconds).
+//
+// Calls go through the client's retryer. Should a Steal be applied but its answer be lost,
+// the retry meets the bumped counter and reports false; the stolen lease then lapses after
+// its TTL.
+type DynamoDB struct {
+	api   dynamoAPI
+	table string
+	now   func() time.Time
+}
+
+// NewDynamoDB returns a store on the named table, reached through client. It does no I/O:
+// call EnsureTable to create the table, or create it beforehand (string partition key
+// lease_key). An empty table name is reported, wrapping ErrInvalidArgument, by EnsureTable
+// and by every Store method.
+func NewDynamoDB(client *dynamodb.Client, table string) *DynamoDB {
+	d := &DynamoDB{table: table, now: time.Now}
+	if client != nil { // a nil *dynamodb.Client inside the interface would not compare nil
+		d.api = client
+	}
+	return d
+}
+
+// Table returns the name of the table the store uses.
+func (d *DynamoDB) Table() string { return d.table }
+
+func (d *DynamoDB) checkTable() error {
+	if d.table == "" {
+		return fmt.Errorf("%w: empty DynamoDB table name", ErrInvalidArgument)
+	}
+	if d.api == nil {
+		return fmt.Errorf("%w: nil DynamoDB client for table %q", ErrInvalidArgument, d.table)
+	}
+	return nil
+}
+
+// EnsureTable creates the lease table, billed per request, unless it exists, and waits until
+// it is ACTIVE or ctx ends. It may be called any number of times, also concurrently from
+// several processes. It returns an error if the table exists with a key schema other than a
+// string partition key lease_key.
+//
+// Where the table is managed elsewhere (infrastructure as code, or a role without
+// dynamodb:CreateTable), skip EnsureTable: the store then only needs GetItem, UpdateItem and
+// Scan.
+func (d *DynamoDB) EnsureTable(ctx context.Context) error {
+	if err := d.checkTable(); err != nil {
+		return err
+	}
+	_, err := d.api.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName: aws.String(d.table),
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(attrKey), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(attrKey), KeyType: types.KeyTypeHash},
+		},
+		BillingMode: types.BillingModePayPerRequest,
+	})
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) { // in use: it exists, or another process is creating it
+		return fmt.Errorf("lease: create table %q: %w", d.table, err)
+	}
+	return d.waitActive(ctx)
+}
+
+// waitActive polls DescribeTable until the table is ACTIVE. The SDK's waiter starts at a 20s
+// delay, far longer than creating a single-key on-demand table takes.
+func (d *DynamoDB) waitActive(ctx context.Context) error {
+	delay := 25 * time.Millisecond
+	for {
+		out, err := d.api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(d.table)})
+		if err != nil {
+			return d.wrap("describe table", "", err)
+		}
+		if out.Table != nil && out.Table.TableStatus == types.TableStatusActive {
+			return d.checkSchema(out.Table)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("lease: wait for table %q to become active: %w", d.table, ctx.Err())
+		case <-t.C:
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func (d *DynamoDB) checkSchema(t *types.TableDescription) error {
+	keyType := map[string]types.ScalarAttributeType{}
+	for _, a := range t.AttributeDefinitions {
+		keyType[aws.ToString(a.AttributeName)] = a.AttributeType
+	}
+	if len(t.KeySchema) == 1 && aws.ToString(t.KeySchema[0].AttributeName) == attrKey &&
+		t.KeySchema[0].KeyType == types.KeyTypeHash && keyType[attrKey] == types.ScalarAttributeTypeS {
+		return nil
+	}
+	return fmt.Errorf("lease: table %q exists with another key schema: a lease table needs only a string partition key %q", d.table, attrKey)
+}
+
+// Acquire implements Store. It succeeds when the lease item is absent, has no owner, is
+// already owner's, or has expired by the local clock.
+func (d *DynamoDB) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := d.check(key, owner, ttl, true, true); err != nil {
+		return false, err
+	}
+	now := d.now()
+	return d.update(ctx, "acquire", key,
+		"SET #owner = :owner, #expiry = :expiry ADD #counter :one",
+		"attribute_not_exists(#owner) OR #owner = :owner OR #expiry < :now",
+		map[string]types.AttributeValue{
+			":owner":  str(owner),
+			":expiry": millis(now.Add(ttl)),
+			":now":    millis(now),
+		})
+}
+
+// Steal implements Store. The lease item must exist and its counter equal counter.
+func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	if err := d.check(key, owner, ttl, true, true); err != nil {
+		return false, err
+	}
+	return d.update(ctx, "steal", key,
+		"SET #owner = :owner, #expiry = :expiry ADD #counter :one",
+		"#counter = :counter",
+		map[string]types.AttributeValue{
+			":owner":   str(owner),
+			":expiry":  millis(d.now().Add(ttl)),
+			":counter": num(counter),
+		})
+}
+
+// Renew implements Store.
+func (d *DynamoDB) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := d.check(key, owner, ttl, true, true); err != nil {
+		return false, err
+	}
+	return d.update(ctx, "renew", key,
+		"SET #expiry = :expiry ADD #counter :one",
+		"#owner = :owner",
+		map[string]types.AttributeValue{
+			":owner":  str(owner),
+			":expiry": millis(d.now().Add(ttl)),
+		})
+}
+
+// Checkpoint implements Store. An empty sequence is an error wrapping ErrInvalidArgument.
+func (d *DynamoDB) Checkpoint(ctx context.Context, key, owner, sequence string) (bool, error) {
+	if err := d.check(key, owner, 0, true, false); err != nil {
+		return false, err
+	}
+	if sequence == "" {
+		return false, fmt.Errorf("%w: lease %q: empty checkpoint", ErrInvalidArgument, key)
+	}
+	return d.update(ctx, "checkpoint", key,
+		"SET #cp = :cp ADD #counter :one",
+		"#owner = :owner",
+		map[string]types.AttributeValue{
+			":owner": str(owner),
+			":cp":    str(sequence),
+		})
+}
+
+// Release implements Store. It removes the owner and the expiry and keeps the checkpoint.
+func (d *DynamoDB) Release(ctx context.Context, key, owner string) error {
+	if err := d.check(key, owner, 0, true, false); err != nil {
+		return err
+	}
+	_, err := d.update(ctx, "release", key,
+		"REMOVE #owner, #expiry ADD #counter :one",
+		"#owner = :owner",
+		map[string]types.AttributeValue{":owner": str(owner)})
+	return err
+}
+
+// Read implements Store, with a strongly consistent read.
+func (d *DynamoDB) Read(ctx context.Context, key string) (Lease, error) {
+	if err := d.check(key, "", 0, false, false); err != nil {
+		return Lease{}, err
+	}
+	out, err := d.api.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(d.table),
+		Key:            map[string]types.AttributeValue{attrKey: str(key)},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Lease{}, d.wrap("read", key, err)
+	}
+	if out.Item == nil {
+		return Lease{Key: key}, nil
+	}
+	l, err := decode(out.Item)
+	if err != nil {
+		return Lease{}, fmt.Errorf("lease: read %q: %w", key, err)
+	}
+	return l, nil
+}
+
+// List implements Store, with a strongly consistent scan of the whole table. Leases come
+// sorted by key.
+func (d *DynamoDB) List(ctx context.Context) ([]Lease, error) {
+	if err := d.checkTable(); err != nil {
+		return nil, err
+	}
+	var out []Lease
+	p := dynamodb.NewScanPaginator(d.api, &dynamodb.ScanInput{
+		TableName:      aws.String(d.table),
+		ConsistentRead: aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, d.wrap("list", "", err)
+		}
+		for _, item := range page.Items {
+			l, err := decode(item)
+			if err != nil {
+				return nil, fmt.Errorf("lease: list table %q: %w", d.table, err)
+			}
+			out = append(out, l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+func (d *DynamoDB) check(key, owner string, ttl time.Duration, needOwner, needTTL bool) error {
+	if err := d.checkTable(); err != nil {
+		return err
+	}
+	return checkArgs(key, owner, ttl, needOwner, needTTL)
+}
+
+// update applies one conditional UpdateItem that also bumps the counter. A failed condition
+// is an answer, not an error: it reports false.
+func (d *DynamoDB) update(ctx context.Context, op, key, update, cond string, values map[string]types.AttributeValue) (bool, error) {
+	values[":one"] = num(1)
+	names := make(map[string]string, len(attrNames))
+	for placeholder, name := range attrNames {
+		// DynamoDB rejects unused placeholders; none is a prefix of another.
+		if strings.Contains(update, placeholder) || strings.Contains(cond, placeholder) {
+			names[placeholder] = name
+		}
+	}
+	_, err := d.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(d.table),
+		Key:                       map[string]types.AttributeValue{attrKey: str(key)},
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	})
+	var failed *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &failed):
+		return false, nil
+	default:
+		return false, d.wrap(op, key, err)
+	}
+}
+
+// wrap adds the operation and key to err, and ErrTableNotFound when the table is missing.
+func (d *DynamoDB) wrap(op, key string, err error) error {
+	what := op
+	if key != "" {
+		what = fmt.Sprintf("%s %q", op, key)
+	}
+	var notFound *types.ResourceNotFoundException
+	if errors.As(err, &notFound) {
+		return fmt.Errorf("lease: %s: %w: DynamoDB table %q does not exist (create it or call EnsureTable): %w",
+			what, ErrTableNotFound, d.table, err)
+	}
+	return fmt.Errorf("lease: %s: %w", what, err)
+}
+
+func decode(item map[string]types.AttributeValue) (Lease, error) {
+	var l Lease
+	var err error
+	if l.Key, err = getString(item, attrKey); err != nil {
+		return Lease{}, err
+	}
+	if l.Owner, err = getString(item, attrOwner); err != nil {
+		return Lease{}, err
+	}
+	if l.Checkpoint, err = getString(item, attrCheckpoint); err != nil {
+		return Lease{}, err
+	}
+	if l.Counter, err = getNumber(item, attrCounter); err != nil {
+		return Lease{}, err
+	}
+	ms, err := getNumber(item, attrExpiry)
+	if err != nil {
+		return Lease{}, err
+	}
+	if ms != 0 {
+		l.Expiry = time.UnixMilli(ms)
+	}
+	return l, nil
+}
+
+func getString(item map[string]types.AttributeValue, name string) (string, error) {
+	v, ok := item[name]
+	if !ok {
+		return "", nil
+	}
+	s, ok := v.(*types.AttributeValueMemberS)
+	if !ok {
+		return "", fmt.Errorf("attribute %s is %T, want a string", name, v)
+	}
+	return s.Value, nil
+}
+
+func getNumber(item map[string]types.AttributeValue, name string) (int64, error) {
+	v, ok := item[name]
+	if !ok {
+		return 0, nil
+	}
+	n, ok := v.(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("attribute %s is %T, want a number", name, v)
+	}
+	i, err := strconv.ParseInt(n.Value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("attribute %s: %w", name, err)
+	}
+	return i, nil
+}
+
+func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
+
+func num(i int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(i, 10)}
+}
+
+func millis(t time.Time) types.AttributeValue { return num(t.UnixMilli()) }
