@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -43,19 +42,22 @@ func encodeEnvelope(headers map[string]string, payload []byte) ([]byte, error) {
 		}
 	}
 	block := 0
+	names := make([]string, 0, len(headers))
 	for name, value := range headers {
 		if err := checkHeader(name, value); err != nil {
 			return nil, err
 		}
 		block += len(name) + len(": ") + len(value) + len("\n")
+		names = append(names, name)
 	}
+	slices.Sort(names)
 	if block > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: header block of %d bytes exceeds the envelope's 4 GiB limit", ErrInvalidHeader, block)
 	}
 	out := make([]byte, 0, envelopePrefix+block+len(payload))
 	out = append(out, envelopeMagic...)
 	out = binary.BigEndian.AppendUint32(out, uint32(block))
-	for _, name := range slices.Sorted(maps.Keys(headers)) {
+	for _, name := range names {
 		out = append(out, name...)
 		out = append(out, ": "...)
 		out = append(out, headers[name]...)
