@@ -25,6 +25,9 @@ var (
 	ErrAggregatedRecord = errors.New("kinesub: KPL-aggregated record not supported")
 	// ErrInvalidPosition is wrapped by ParsePosition's errors.
 	ErrInvalidPosition = errors.New("kinesub: invalid position")
+	// ErrLeaseLost is reported (on Errors, in a ShardError) when a shard's lease was taken
+	// over or could not be renewed in time; that shard's reader stops, the others go on.
+	ErrLeaseLost = errors.New("kinesub: lease lost")
 	// ErrAlreadySettled is returned by a second Ack or Nack of the same Message.
 	ErrAlreadySettled = errors.New("kinesub: message already settled")
 )

@@ -1,8 +1,11 @@
 package kinesub
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -159,5 +162,155 @@ func WithStartAt(p Position) Option {
 			return
 		}
 		c.startAt = &p
+	}
+}
+
+// Seeker repositions a running subscription. It is safe for concurrent use from any
+// goroutine, for example an admin HTTP handler (see SeekHandler).
+type Seeker struct {
+	s *Subscriber
+}
+
+// Seek moves the subscription to p.
+//
+// A stream-wide position (Horizon, Latest, AtTimestamp) moves every shard this subscriber
+// reads and is installed for the whole subscription first, so shards whose readers start
+// later (including children of a later split) open there too. A shard-scoped position
+// (AtSequence) moves only that shard's reader, which must be owned here and still reading:
+// otherwise Seek returns ErrShardNotOwned, ErrShardFinished or ErrUnknownShard. A target the
+// service rejects (a bad sequence number) returns its error and leaves the reader where it was.
+//
+// Once Seek returns nil, no record fetched before the seek is delivered from the moved shards,
+// and acks of earlier deliveries no longer move their checkpoints (the watermark is written
+// once more, then reset). Seek after Close returns ErrClosed.
+func (k *Seeker) Seek(ctx context.Context, p Position) error {
+	if p.IsZero() {
+		return fmt.Errorf("%w: the zero Position", ErrInvalidPosition)
+	}
+	if p.streamWide() {
+		return k.seekStream(ctx, p)
+	}
+	return k.seekShard(ctx, p)
+}
+
+func (k *Seeker) seekStream(ctx context.Context, p Position) error {
+	s := k.s
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.epoch++
+	known := make(map[string]bool, len(s.shards))
+	for id := range s.shards {
+		known[id] = true
+	}
+	s.installed = &install{pos: p, epoch: s.epoch, known: known}
+	type move struct {
+		w   *worker
+		gen uint64
+	}
+	moves := make([]move, 0, len(s.workers))
+	for id, w := range s.workers {
+		s.applied[id] = s.epoch
+		moves = append(moves, move{w, w.gate.Add(1)})
+	}
+	s.mu.Unlock()
+	if err := s.fencePublisher(ctx); err != nil {
+		return err
+	}
+	errs := make([]error, len(moves))
+	var wg sync.WaitGroup
+	for i, m := range moves {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.w.reposition(ctx, m.gen, p, nil)
+		}()
+	}
+	wg.Wait()
+	s.log.Info("seek", "to", p.String(), "shards", len(moves))
+	return errors.Join(errs...)
+}
+
+func (k *Seeker) seekShard(ctx context.Context, p Position) error {
+	s := k.s
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	w := s.workers[p.shard]
+	_, known := s.shards[p.shard]
+	finished := s.finished[p.shard]
+	s.mu.Unlock()
+	switch {
+	case w != nil && (w.ended.Load() || w.lost.Load()):
+		if w.ended.Load() {
+			return fmt.Errorf("%w: %s", ErrShardFinished, p.shard)
+		}
+		return fmt.Errorf("%w: %s", ErrShardNotOwned, p.shard)
+	case w != nil:
+	case finished:
+		return fmt.Errorf("%w: %s", ErrShardFinished, p.shard)
+	case !known:
+		return fmt.Errorf("%w: %s", ErrUnknownShard, p.shard)
+	default:
+		return fmt.Errorf("%w: %s", ErrShardNotOwned, p.shard)
+	}
+	// Open the target first, so that a target the service refuses changes nothing.
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	out, err := s.client.GetShardIterator(cctx, p.iteratorInput(s.stream, p.shard), noRetry)
+	cancel()
+	if err != nil {
+		return &ShardError{Stream: s.stream, Shard: p.shard, Op: "Seek", Err: err}
+	}
+	gen := w.gate.Add(1)
+	if err := s.fencePublisher(ctx); err != nil {
+		return err
+	}
+	err = w.reposition(ctx, gen, p, out.ShardIterator)
+	s.log.Info("seek", "to", p.String())
+	return err
+}
+
+// reposition writes the shard's watermark once more, resets it to generation gen, and hands
+// the reader its new position; it returns when the reader has reopened there.
+func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *string) error {
+	if err := w.flush(ctx); err != nil {
+		w.sub.report(err)
+	}
+	w.mu.Lock()
+	if w.gen < gen {
+		w.wm = watermark{}
+		w.gen = gen
+		w.dirty = false
+		w.lastSeq = ""
+	}
+	w.mu.Unlock()
+	if w.waitingRoom.Load() {
+		select {
+		case w.room <- struct{}{}:
+		default:
+		}
+	}
+	cmd := &seekCmd{pos: p, iter: iter, gen: gen, done: make(chan error, 1)}
+	w.seekMu.Lock()
+	if old := w.seekReq; old != nil {
+		old.done <- nil // superseded by this seek
+	}
+	w.seekReq = cmd
+	w.seekMu.Unlock()
+	w.renote()
+	select {
+	case err := <-cmd.done:
+		return err
+	case <-w.readerDone:
+		if w.lost.Load() {
+			return fmt.Errorf("%w: %s (lease lost during seek)", ErrShardNotOwned, w.id)
+		}
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -1,0 +1,78 @@
+package kinesub
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// Message is one Kinesis record delivered by a Subscriber. Its accessors return what the
+// record carried; Ack or Nack settles it. A Message is safe for use from any goroutine; its
+// Data and Headers must not be modified.
+type Message struct {
+	data         []byte
+	headers      map[string]string // nil when the record carried none
+	partitionKey string
+	sequence     string
+	arrival      time.Time
+	shard        *worker
+	gen          uint64 // the shard's generation when the record was fetched
+	index        uint64 // position in the shard's watermark
+	handedOut    bool   // set by the publisher goroutine before the consumer sees it
+	settled      atomic.Bool
+}
+
+// Data returns the record's payload, without the header envelope.
+func (m *Message) Data() []byte { return m.data }
+
+// Headers returns the user headers the record carried in its envelope; never nil.
+func (m *Message) Headers() map[string]string {
+	if m.headers == nil {
+		return map[string]string{}
+	}
+	return m.headers
+}
+
+// PartitionKey returns the record's partition key.
+func (m *Message) PartitionKey() string { return m.partitionKey }
+
+// SequenceNumber returns the record's sequence number, unique within its shard.
+func (m *Message) SequenceNumber() string { return m.sequence }
+
+// ShardID returns the id of the shard the record was read from.
+func (m *Message) ShardID() string {
+	if m.shard == nil {
+		return ""
+	}
+	return m.shard.id
+}
+
+// ArrivalTime returns when the service accepted the record.
+func (m *Message) ArrivalTime() time.Time { return m.arrival }
+
+// Position returns the shard-scoped position of this record: seeking there delivers it again,
+// and the records after it.
+func (m *Message) Position() Position { return AtSequence(m.ShardID(), m.sequence) }
+
+// Ack marks the message handled. The shard's checkpoint may then advance over it: the
+// watermark moves over the contiguous handled prefix, and the shard's flusher writes it to the
+// lease store within the checkpoint interval (at once with WithCheckpointInterval(0), in which
+// case Ack returns after the write). Ack after the shard was sought or its lease lost is a
+// no-op. A second Ack or Nack returns ErrAlreadySettled.
+func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, true) }
+
+// Nack gives the message back. With requeue false the message is skipped: treated as handled.
+// With requeue true it stays unhandled: the shard's checkpoint cannot pass it, so it and every
+// later record of its shard are delivered again when the shard's lease is next taken (after a
+// restart or a handoff). Reading goes on meanwhile, up to the in-flight cap.
+func (m *Message) Nack(ctx context.Context, requeue bool) error { return m.settle(ctx, !requeue) }
+
+func (m *Message) settle(ctx context.Context, handled bool) error {
+	if !m.settled.CompareAndSwap(false, true) {
+		return ErrAlreadySettled
+	}
+	if m.shard == nil {
+		return nil
+	}
+	return m.shard.settle(ctx, m, handled)
+}

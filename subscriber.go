@@ -1,0 +1,1418 @@
+package kinesub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"golang.org/x/time/rate"
+
+	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/lease"
+)
+
+// Service limits a reader keeps to on each shard.
+const (
+	getRecordsPerSecond = 5                // GetRecords calls per second per shard
+	bytesPerSecond      = 2 << 20          // read throughput per shard
+	bytesBurst          = 10 << 20         // the largest response; a larger read pauses the shard
+	cancelDrain         = 2 * time.Second  // drain allowed when Subscribe's ctx is cancelled
+	defaultDrain        = 10 * time.Second // drain allowed by Close when its ctx has no deadline
+	backoffMin          = 50 * time.Millisecond
+	backoffMax          = 5 * time.Second
+	errorsBuffer        = 64
+)
+
+// Subscriber reads every shard of one stream that it holds a lease for and delivers the
+// records on Messages. Create one with Subscribe; it is safe for concurrent use.
+type Subscriber struct {
+	cfg    config
+	client kinesisiface.Kinesis
+	stream string
+	log    *slog.Logger
+	seeker *Seeker
+
+	in    chan *Message      // readers → publisher
+	out   chan *Message      // publisher → consumer
+	fence chan chan struct{} // seekers and Close re-check the publisher's held delivery
+	errs  chan error
+	wake  chan struct{} // asks the coordinator for an early round
+
+	runCtx   context.Context // ends when the subscription stops reading
+	stopRun  context.CancelFunc
+	pubStop  chan struct{}
+	readers  sync.WaitGroup // coordinator and readers
+	keepers  sync.WaitGroup // lease keepers and publisher
+	watchers sync.WaitGroup
+
+	outstanding atomic.Int64 // handed to the consumer, not yet settled
+
+	mu        sync.Mutex
+	closed    bool
+	workers   map[string]*worker
+	shards    map[string]shardInfo
+	listed    bool
+	finished  map[string]bool
+	waiting   map[string]string // shard → parent it waits for
+	installed *install
+	applied   map[string]uint64 // shard → install epoch its reader opened at
+	epoch     uint64
+
+	errMu      sync.Mutex
+	errsClosed bool
+
+	closeOnce sync.Once
+	done      chan struct{}
+	err       error
+	closeErr  error
+}
+
+// install is a stream-wide position installed by WithStartAt or Seek: shards opened after it
+// open there.
+type install struct {
+	pos   Position
+	epoch uint64
+	known map[string]bool // shards listed when it was installed
+}
+
+// shardInfo is one shard as ListShards shows it.
+type shardInfo struct {
+	id      string
+	parents []string
+	closed  bool
+}
+
+// Subscribe starts consuming stream and returns once the stream is known to exist (or was
+// created, with WithCreateIfMissing) and the lease store answered. Options are validated
+// before any I/O. The subscription runs until Close, a fatal error (the stream was deleted),
+// or until ctx is cancelled, which behaves like Close with a short drain.
+func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts ...Option) (*Subscriber, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
+	}
+	return subscribe(ctx, client, stream, opts...)
+}
+
+func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, opts ...Option) (*Subscriber, error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := checkStreamName(stream); err != nil {
+		return nil, err
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Subscriber{
+		cfg:      cfg,
+		client:   client,
+		stream:   stream,
+		log:      cfg.logger.With(logStream, stream),
+		in:       make(chan *Message, cfg.bufferSize),
+		out:      make(chan *Message),
+		fence:    make(chan chan struct{}),
+		errs:     make(chan error, errorsBuffer),
+		wake:     make(chan struct{}, 1),
+		pubStop:  make(chan struct{}),
+		workers:  make(map[string]*worker),
+		shards:   make(map[string]shardInfo),
+		finished: make(map[string]bool),
+		waiting:  make(map[string]string),
+		applied:  make(map[string]uint64),
+		done:     make(chan struct{}),
+	}
+	s.seeker = &Seeker{s: s}
+	if err := s.ensureStream(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkStore(ctx); err != nil {
+		return nil, err
+	}
+	if cfg.startAt != nil {
+		s.epoch++
+		s.installed = &install{pos: *cfg.startAt, epoch: s.epoch, known: map[string]bool{}}
+	}
+	s.runCtx, s.stopRun = context.WithCancel(context.Background())
+	s.keepers.Add(1)
+	go s.publish()
+	s.readers.Add(1)
+	go s.coordinate()
+	s.watchers.Add(1)
+	go func() {
+		defer s.watchers.Done()
+		select {
+		case <-ctx.Done():
+			dctx, cancel := context.WithTimeout(context.Background(), cancelDrain)
+			defer cancel()
+			s.shutdown(dctx, nil)
+		case <-s.runCtx.Done():
+		}
+	}()
+	return s, nil
+}
+
+// Log keys carried by the child loggers.
+const (
+	logStream = "stream"
+	logShard  = "shard_id"
+)
+
+func checkStreamName(name string) error {
+	if name == "" || len(name) > 128 {
+		return fmt.Errorf("%w: stream name %q: must be 1 to 128 characters", ErrInvalidOption, name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return fmt.Errorf("%w: stream name %q: only letters, digits, '_', '.' and '-' are allowed", ErrInvalidOption, name)
+		}
+	}
+	return nil
+}
+
+// ensureStream checks that the stream exists, creating it with WithCreateIfMissing, and waits
+// until it can be read.
+func (s *Subscriber) ensureStream(ctx context.Context) error {
+	created := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+		out, err := s.client.DescribeStreamSummary(cctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(s.stream)})
+		cancel()
+		var nf *types.ResourceNotFoundException
+		switch {
+		case errors.As(err, &nf) && s.cfg.createShards > 0 && !created:
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+			_, err := s.client.CreateStream(cctx, &kinesis.CreateStreamInput{
+				StreamName: aws.String(s.stream), ShardCount: aws.Int32(s.cfg.createShards),
+				StreamModeDetails: &types.StreamModeDetails{StreamMode: types.StreamModeProvisioned},
+			})
+			cancel()
+			var inUse *types.ResourceInUseException
+			if err != nil && !errors.As(err, &inUse) {
+				return fmt.Errorf("kinesub: create stream %s: %w", s.stream, err)
+			}
+			created = true
+			s.log.Info("stream created", "shards", s.cfg.createShards)
+			continue
+		case errors.As(err, &nf):
+			return fmt.Errorf("%w: %s (create it, or pass WithCreateIfMissing): %w", ErrStreamNotFound, s.stream, err)
+		case err != nil:
+			return fmt.Errorf("kinesub: describe stream %s: %w", s.stream, err)
+		}
+		switch out.StreamDescriptionSummary.StreamStatus {
+		case types.StreamStatusActive, types.StreamStatusUpdating:
+			return nil
+		case types.StreamStatusDeleting:
+			return fmt.Errorf("%w: %s is being deleted", ErrStreamNotFound, s.stream)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kinesub: waiting for stream %s to become active: %w", s.stream, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkStore asks the lease store once, so that a missing table fails Subscribe rather than
+// every later round.
+func (s *Subscriber) checkStore(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	defer cancel()
+	if _, err := s.cfg.store.Read(cctx, s.leaseKey("probe")); err != nil {
+		return fmt.Errorf("kinesub: lease store: %w", err)
+	}
+	return nil
+}
+
+func (s *Subscriber) leaseKey(shard string) string { return s.stream + "/" + shard }
+
+// Messages returns the channel of delivered records. It is closed exactly once, after Close,
+// after ctx cancellation or after a fatal error (see Err), so ranging over it always ends.
+// Records of one shard arrive in order; records of different shards interleave.
+func (s *Subscriber) Messages() <-chan *Message { return s.out }
+
+// Errors returns non-fatal problems as they happen (a shard's read failed and is retried, a
+// lease store call failed, a lease was lost, a record could not be decoded). Reading it is
+// optional: when nobody does, the oldest errors are dropped. It is closed with Messages.
+func (s *Subscriber) Errors() <-chan error { return s.errs }
+
+// Err returns why the subscription ended once Messages is closed: nil after Close or ctx
+// cancellation, the fatal cause otherwise (for example ErrStreamNotFound).
+func (s *Subscriber) Err() error {
+	select {
+	case <-s.done:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// StreamName returns the name of the stream being consumed.
+func (s *Subscriber) StreamName() string { return s.stream }
+
+// Commit writes every owned shard's acknowledged watermark to the lease store now, and returns
+// once the writes are durable. Ack never waits on the store; Commit is for callers that need a
+// checkpoint at a chosen moment. A shard whose lease was lost is skipped.
+func (s *Subscriber) Commit(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	ws := make([]*worker, 0, len(s.workers))
+	for _, w := range s.workers {
+		ws = append(ws, w)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, w := range ws {
+		errs = append(errs, w.flush(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Seeker returns the Seeker that repositions this subscription.
+func (s *Subscriber) Seeker() *Seeker { return s.seeker }
+
+// Close stops reading, lets the deliveries already handed out settle until ctx ends (10s
+// when ctx has no deadline), writes every shard's checkpoint, releases every lease so that a
+// peer can take the shards at once, and closes Messages and Errors. It returns the errors of
+// the final checkpoint and release writes. Calling it again waits for the first call and
+// returns nil.
+func (s *Subscriber) Close(ctx context.Context) error {
+	first := false
+	s.closeOnce.Do(func() { first = true })
+	if !first {
+		<-s.done
+		return nil
+	}
+	s.stop(ctx, nil)
+	s.watchers.Wait()
+	return s.closeErr
+}
+
+// shutdown is Close for internal callers (cancellation, fatal errors).
+func (s *Subscriber) shutdown(ctx context.Context, cause error) {
+	first := false
+	s.closeOnce.Do(func() { first = true })
+	if first {
+		s.stop(ctx, cause)
+	}
+}
+
+func (s *Subscriber) stop(ctx context.Context, cause error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultDrain)
+		defer cancel()
+	}
+	s.mu.Lock()
+	s.closed = true
+	s.err = cause
+	s.mu.Unlock()
+
+	// Stop fetching; what sits in the buffer was never handed out and replays from the
+	// checkpoint, so it is stamped stale rather than delivered.
+	s.stopRun()
+	s.readers.Wait()
+	s.mu.Lock()
+	ws := make([]*worker, 0, len(s.workers))
+	for _, w := range s.workers {
+		ws = append(ws, w)
+	}
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.gate.Add(1)
+	}
+	s.fencePublisher(context.Background())
+
+	// Let what the consumer holds settle, within the caller's deadline.
+	for s.outstanding.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+
+	// Write checkpoints and hand the leases back, even when ctx has ended.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.cfg.requestTimeout)
+	defer cancel()
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.retire(wctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(s.pubStop)
+	s.keepers.Wait()
+	s.errMu.Lock()
+	s.errsClosed = true
+	close(s.errs)
+	s.errMu.Unlock()
+	s.closeErr = errors.Join(errs...)
+	close(s.done)
+}
+
+// fail ends the subscription with a fatal error.
+func (s *Subscriber) fail(err error) {
+	s.log.Error("subscription failed", "err", err)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cancelDrain)
+		defer cancel()
+		s.shutdown(ctx, err)
+	}()
+}
+
+// report hands a non-fatal error to Errors, dropping the oldest one when nobody reads.
+func (s *Subscriber) report(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.errsClosed {
+		return
+	}
+	for {
+		select {
+		case s.errs <- err:
+			return
+		default:
+		}
+		select {
+		case <-s.errs:
+		default:
+		}
+	}
+}
+
+func (s *Subscriber) nudge() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// publish moves deliveries from the readers to the consumer, dropping those whose shard has
+// moved on (sought, lost, closing) since they were fetched. A seeker's fence makes it re-check
+// the delivery it holds, so nothing fetched before a seek reaches the consumer after it.
+func (s *Subscriber) publish() {
+	defer s.keepers.Done()
+	defer close(s.out)
+	var held *Message
+	for {
+		if held == nil {
+			select {
+			case m := <-s.in:
+				if m.gen == m.shard.gate.Load() {
+					held = m
+				}
+			case ack := <-s.fence:
+				close(ack)
+			case <-s.pubStop:
+				return
+			}
+			continue
+		}
+		s.outstanding.Add(1)
+		select {
+		case s.out <- held:
+			held = nil
+		case ack := <-s.fence:
+			s.outstanding.Add(-1)
+			if held.gen != held.shard.gate.Load() {
+				held = nil
+			}
+			close(ack)
+		case <-s.pubStop:
+			s.outstanding.Add(-1)
+			return
+		}
+	}
+}
+
+// fencePublisher returns once the publisher has re-checked the delivery it holds.
+func (s *Subscriber) fencePublisher(ctx context.Context) error {
+	ack := make(chan struct{})
+	select {
+	case s.fence <- ack:
+	case <-s.pubStop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case <-ack:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// coordinate lists shards, claims leases and balances them until the subscription stops.
+func (s *Subscriber) coordinate() {
+	defer s.readers.Done()
+	claimEvery := min(s.cfg.shardSyncInterval, s.cfg.leaseTTL/3)
+	syncT := time.NewTicker(s.cfg.shardSyncInterval)
+	claimT := time.NewTicker(claimEvery)
+	balanceT := time.NewTicker(s.cfg.balanceInterval)
+	defer syncT.Stop()
+	defer claimT.Stop()
+	defer balanceT.Stop()
+	ctx := s.runCtx
+	s.syncShards(ctx)
+	s.claim(ctx, false)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-syncT.C:
+			s.syncShards(ctx)
+			s.claim(ctx, false)
+		case <-claimT.C:
+			s.claim(ctx, false)
+		case <-s.wake:
+			s.claim(ctx, false)
+		case <-balanceT.C:
+			s.claim(ctx, true)
+		}
+	}
+}
+
+// syncShards refreshes the shard list.
+func (s *Subscriber) syncShards(ctx context.Context) {
+	shards, err := s.listShards(ctx)
+	if err != nil {
+		var nf *types.ResourceNotFoundException
+		if errors.As(err, &nf) {
+			s.fail(fmt.Errorf("%w: %s: %w", ErrStreamNotFound, s.stream, err))
+			return
+		}
+		if ctx.Err() == nil {
+			s.log.Warn("list shards failed", "err", err)
+			s.report(&ShardError{Stream: s.stream, Op: "ListShards", Err: err})
+		}
+		return
+	}
+	s.mu.Lock()
+	s.shards = shards
+	s.listed = true
+	if s.installed != nil && s.installed.epoch == 1 && len(s.installed.known) == 0 && s.cfg.startAt != nil {
+		for id := range shards {
+			s.installed.known[id] = true
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, error) {
+	shards := make(map[string]shardInfo)
+	var token *string
+	for {
+		in := &kinesis.ListShardsInput{StreamName: aws.String(s.stream)}
+		if token != nil {
+			// The API takes the token alone on continuation calls.
+			in = &kinesis.ListShardsInput{NextToken: token}
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+		out, err := s.client.ListShards(cctx, in)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		for _, sh := range out.Shards {
+			info := shardInfo{id: aws.ToString(sh.ShardId)}
+			for _, p := range []*string{sh.ParentShardId, sh.AdjacentParentShardId} {
+				if p != nil && *p != "" {
+					info.parents = append(info.parents, *p)
+				}
+			}
+			info.closed = sh.SequenceNumberRange != nil && sh.SequenceNumberRange.EndingSequenceNumber != nil
+			shards[info.id] = info
+		}
+		if out.NextToken == nil || *out.NextToken == "" {
+			return shards, nil
+		}
+		token = out.NextToken
+	}
+}
+
+// view is one round's picture of the stream's shards and their leases.
+type view struct {
+	now      time.Time
+	leases   map[string]lease.Lease // by shard id
+	readable []string               // shards that may be read now: not finished, parents done
+	owners   map[string]int         // live owner → readable shards it holds
+}
+
+// look reads the lease table and works out which shards can be read.
+func (s *Subscriber) look(ctx context.Context) (*view, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	all, err := s.cfg.store.List(cctx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	v := &view{now: time.Now(), leases: make(map[string]lease.Lease), owners: map[string]int{s.cfg.owner: 0}}
+	prefix := s.stream + "/"
+	for _, l := range all {
+		if id, ok := strings.CutPrefix(l.Key, prefix); ok {
+			v.leases[id] = l
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	atTip := s.installed == nil || s.installed.pos.kind == posLatest
+	ids := make([]string, 0, len(s.shards))
+	for id := range s.shards {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		if v.leases[id].Checkpoint == lease.ShardEnd {
+			s.finished[id] = true
+			delete(s.waiting, id)
+			continue
+		}
+		if p := s.blockingParent(v, id, atTip); p != "" {
+			s.waiting[id] = p
+			continue
+		}
+		delete(s.waiting, id)
+		v.readable = append(v.readable, id)
+		if l := v.leases[id]; l.Held(v.now) {
+			v.owners[l.Owner]++
+		}
+	}
+	return v, nil
+}
+
+// blockingParent returns a parent of shard id that is not yet done, or "". A parent is done
+// when it was read to its end (SHARD_END), when it is gone from the listing (trimmed), or, for
+// a subscription starting at the tip, when it is closed and nobody ever leased it: reading it
+// from the tip would yield nothing.
+func (s *Subscriber) blockingParent(v *view, id string, atTip bool) string {
+	for _, p := range s.shards[id].parents {
+		pl := v.leases[p]
+		info, listed := s.shards[p]
+		switch {
+		case pl.Checkpoint == lease.ShardEnd, !listed:
+		case atTip && info.closed && pl.Checkpoint == "" && pl.Owner == "" && pl.Counter == 0:
+		default:
+			return p
+		}
+	}
+	return ""
+}
+
+// claim takes free and expired leases up to this subscriber's fair share and, when balance is
+// set, steals one lease from the most loaded owner if this one holds too few.
+func (s *Subscriber) claim(ctx context.Context, balance bool) {
+	s.mu.Lock()
+	listed := s.listed
+	s.mu.Unlock()
+	if !listed {
+		return
+	}
+	v, err := s.look(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("list leases failed", "err", err)
+			s.report(fmt.Errorf("kinesub: list leases: %w", err))
+		}
+		return
+	}
+	n, k := len(v.readable), len(v.owners)
+	mine := v.owners[s.cfg.owner]
+	fair := (n + k - 1) / k
+	// Free leases first, in a random order so that instances starting together spread out.
+	order := slices.Clone(v.readable)
+	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, id := range order {
+		if mine >= fair || ctx.Err() != nil {
+			break
+		}
+		if s.owns(id) {
+			continue
+		}
+		l := v.leases[id]
+		if l.Held(v.now) && l.Owner != s.cfg.owner {
+			continue
+		}
+		if s.take(ctx, id, func(cctx context.Context) (bool, error) {
+			return s.cfg.store.Acquire(cctx, s.leaseKey(id), s.cfg.owner, s.cfg.leaseTTL)
+		}) {
+			mine++
+			v.owners[s.cfg.owner] = mine
+		}
+	}
+	if balance {
+		s.steal(ctx, v, n, k, mine)
+	}
+}
+
+// steal takes one lease from the most loaded live owner when this subscriber holds fewer than
+// its share: below floor(n/k), or at it while another owner holds two or more above it. The
+// takeover is conditional on the counter observed, so a lease that moved meanwhile is left.
+func (s *Subscriber) steal(ctx context.Context, v *view, n, k, mine int) {
+	floor := n / k
+	victim, most := "", 0
+	for o, c := range v.owners {
+		if o != s.cfg.owner && (c > most || c == most && o < victim) {
+			victim, most = o, c
+		}
+	}
+	if victim == "" || !(mine < floor && most > floor || mine == floor && most >= floor+2) {
+		return
+	}
+	var candidates []string
+	for _, id := range v.readable {
+		if l := v.leases[id]; l.Owner == victim && l.Held(v.now) {
+			candidates = append(candidates, id)
+		}
+	}
+	if len(candidates) == 0 {
+		return
+	}
+	id := candidates[rand.IntN(len(candidates))]
+	counter := v.leases[id].Counter
+	if s.take(ctx, id, func(cctx context.Context) (bool, error) {
+		return s.cfg.store.Steal(cctx, s.leaseKey(id), s.cfg.owner, counter, s.cfg.leaseTTL)
+	}) {
+		s.log.Info("lease taken over for balance", logShard, id, "from", victim)
+	}
+}
+
+func (s *Subscriber) owns(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.workers[id] != nil
+}
+
+// take runs a lease write and, when it wins, starts the shard's reader.
+func (s *Subscriber) take(ctx context.Context, id string, write func(context.Context) (bool, error)) bool {
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	ok, err := write(cctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			s.report(&ShardError{Stream: s.stream, Shard: id, Op: "Acquire", Err: err})
+		}
+		return false
+	}
+	if !ok {
+		return false
+	}
+	acquired := time.Now()
+	cctx, cancel = context.WithTimeout(ctx, s.cfg.requestTimeout)
+	l, err := s.cfg.store.Read(cctx, s.leaseKey(id))
+	cancel()
+	if err != nil {
+		s.report(&ShardError{Stream: s.stream, Shard: id, Op: "ReadLease", Err: err})
+		s.releaseKey(id)
+		return false
+	}
+	if l.Owner != s.cfg.owner {
+		return false
+	}
+	if l.Checkpoint == lease.ShardEnd {
+		s.releaseKey(id)
+		s.mu.Lock()
+		s.finished[id] = true
+		s.mu.Unlock()
+		return false
+	}
+	return s.startWorker(id, l, acquired)
+}
+
+func (s *Subscriber) releaseKey(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout)
+	defer cancel()
+	if err := s.cfg.store.Release(ctx, s.leaseKey(id), s.cfg.owner); err != nil {
+		s.report(&ShardError{Stream: s.stream, Shard: id, Op: "Release", Err: err})
+	}
+}
+
+// startWorker registers the shard's worker and starts its reader and lease keeper. The start
+// position is chosen under the same lock that a stream-wide Seek installs under, so a reader
+// either opens at a new installed position or is moved by the seek.
+func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time) bool {
+	s.mu.Lock()
+	if s.closed || s.workers[id] != nil {
+		s.mu.Unlock()
+		s.releaseKey(id)
+		return false
+	}
+	w := newWorker(s, id, acquired)
+	w.written = l.Checkpoint
+	w.start, w.startPos = s.startInput(id, l.Checkpoint)
+	w.readCtx, w.cancelRead = context.WithCancel(s.runCtx)
+	s.workers[id] = w
+	delete(s.waiting, id)
+	s.mu.Unlock()
+	w.log.Info("lease taken", "checkpoint", l.Checkpoint, "start", w.startPos)
+	s.readers.Add(1)
+	s.keepers.Add(1)
+	go w.keep()
+	go w.run()
+	return true
+}
+
+// startInput picks where a shard's new reader opens. An installed stream-wide position comes
+// first, once per shard; then the checkpoint; a shard without one opens at the oldest record
+// when a parent was read to its end here (so nothing after a reshard is skipped), and at the
+// tip otherwise. Called with s.mu held.
+func (s *Subscriber) startInput(id, checkpoint string) (*kinesis.GetShardIteratorInput, string) {
+	if in := s.installed; in != nil && s.applied[id] != in.epoch {
+		s.applied[id] = in.epoch
+		if in.pos.kind == posLatest && !in.known[id] && s.listed {
+			// A shard born after a seek to the tip holds only newer records.
+			return Horizon().iteratorInput(s.stream, id), Horizon().String()
+		}
+		return in.pos.iteratorInput(s.stream, id), in.pos.String()
+	}
+	if checkpoint != "" {
+		return afterSequence(s.stream, id, checkpoint), "after:" + checkpoint
+	}
+	if in := s.installed; in != nil {
+		return in.pos.iteratorInput(s.stream, id), in.pos.String()
+	}
+	for _, p := range s.shards[id].parents {
+		if s.finished[p] {
+			return Horizon().iteratorInput(s.stream, id), Horizon().String()
+		}
+	}
+	return Latest().iteratorInput(s.stream, id), Latest().String()
+}
+
+// forget removes a worker that stopped on its own (finished, lease lost).
+func (s *Subscriber) forget(w *worker, finished bool) {
+	s.mu.Lock()
+	if s.workers[w.id] == w {
+		delete(s.workers, w.id)
+	}
+	if finished {
+		s.finished[w.id] = true
+	}
+	s.mu.Unlock()
+	s.nudge()
+}
+
+// backoff returns the wait before retry attempt n (from 0): exponential with full jitter
+// over its upper half.
+func backoff(n int) time.Duration {
+	d := backoffMin << min(n, 16)
+	if d > backoffMax || d <= 0 {
+		d = backoffMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// errKind classifies an SDK error for the reader.
+type errKind int
+
+const (
+	errTransient errKind = iota // network, 5xx, timeout: retry with backoff
+	errThrottled                // the shard's read budget is spent: retry with backoff
+	errExpired                  // the iterator expired: reopen
+	errGone                     // the stream or shard no longer exists
+	errRejected                 // the request was invalid (for example a bad sequence number)
+	errStopped                  // the reader's context ended
+)
+
+func classify(ctx context.Context, err error) errKind {
+	var (
+		expired  *types.ExpiredIteratorException
+		throttle *types.ProvisionedThroughputExceededException
+		limit    *types.LimitExceededException
+		kms      *types.KMSThrottlingException
+		nf       *types.ResourceNotFoundException
+		invalid  *types.InvalidArgumentException
+	)
+	switch {
+	case ctx.Err() != nil:
+		return errStopped
+	case errors.As(err, &expired):
+		return errExpired
+	case errors.As(err, &throttle), errors.As(err, &limit), errors.As(err, &kms):
+		return errThrottled
+	case errors.As(err, &nf):
+		return errGone
+	case errors.As(err, &invalid):
+		return errRejected
+	}
+	return errTransient
+}
+
+// noRetry makes the SDK try once: kinesub's readers retry with their own backoff and rate
+// budget, so retries do not multiply.
+func noRetry(o *kinesis.Options) { o.RetryMaxAttempts = 1 }
+
+// worker reads one leased shard and keeps its lease and checkpoint.
+type worker struct {
+	sub      *Subscriber
+	id       string
+	key      string
+	log      *slog.Logger
+	start    *kinesis.GetShardIteratorInput
+	startPos string
+
+	gate atomic.Uint64 // current generation; deliveries stamped otherwise are stale
+
+	mu      sync.Mutex
+	wm      watermark
+	gen     uint64 // generation of wm
+	dirty   bool   // wm.mark not yet written
+	lastSeq string // newest sequence number fetched in this generation
+
+	flushMu sync.Mutex
+	written string // newest checkpoint in the store as far as this worker knows
+
+	waitingRoom atomic.Bool
+	room        chan struct{}
+
+	seekMu   sync.Mutex
+	seekReq  *seekCmd
+	seekNote chan struct{}
+
+	readCtx    context.Context // ends when the reader must stop
+	cancelRead context.CancelFunc
+	readerDone chan struct{}
+	keeperStop chan struct{}
+	keeperDone chan struct{}
+	stopOnce   sync.Once
+	lost       atomic.Bool
+	ended      atomic.Bool // read to SHARD_END and checkpointed
+	lastRenew  atomic.Int64
+
+	millisBehind atomic.Int64
+	throttled    atomic.Bool
+	limiter      *rate.Limiter
+	bytes        *rate.Limiter
+	checkpoints  atomic.Int64
+}
+
+// seekCmd asks a reader to reopen its shard.
+type seekCmd struct {
+	pos  Position
+	iter *string // already opened by the seeker, or nil: the reader opens pos itself
+	gen  uint64
+	done chan error
+}
+
+func newWorker(s *Subscriber, id string, acquired time.Time) *worker {
+	w := &worker{
+		sub:        s,
+		id:         id,
+		key:        s.leaseKey(id),
+		log:        s.log.With(logShard, id),
+		room:       make(chan struct{}, 1),
+		seekNote:   make(chan struct{}, 1),
+		readerDone: make(chan struct{}),
+		keeperStop: make(chan struct{}),
+		keeperDone: make(chan struct{}),
+		limiter:    rate.NewLimiter(getRecordsPerSecond, 1),
+		bytes:      rate.NewLimiter(bytesPerSecond, bytesBurst),
+	}
+	w.lastRenew.Store(acquired.UnixNano())
+	return w
+}
+
+// keep renews the lease every TTL/3 and flushes the checkpoint every checkpoint interval, on
+// its own schedule: a consumer that stops reading does not stop either.
+func (w *worker) keep() {
+	s := w.sub
+	defer s.keepers.Done()
+	defer close(w.keeperDone)
+	renew := time.NewTicker(s.cfg.leaseTTL / 3)
+	defer renew.Stop()
+	var flushC <-chan time.Time
+	if s.cfg.checkpointInterval > 0 {
+		t := time.NewTicker(s.cfg.checkpointInterval)
+		defer t.Stop()
+		flushC = t.C
+	}
+	for {
+		select {
+		case <-w.keeperStop:
+			return
+		case <-renew.C:
+			if !w.renew() {
+				return
+			}
+		case <-flushC:
+			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout)
+			if err := w.flush(ctx); err != nil {
+				s.report(err)
+			}
+			cancel()
+			if w.lost.Load() {
+				return
+			}
+		}
+	}
+}
+
+// renew extends the lease; it reports false when the lease is lost: fenced by another owner,
+// or not renewed within its TTL, after which another owner may hold it.
+func (w *worker) renew() bool {
+	s := w.sub
+	ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.requestTimeout, s.cfg.leaseTTL/3))
+	defer cancel()
+	before := time.Now()
+	ok, err := s.cfg.store.Renew(ctx, w.key, s.cfg.owner, s.cfg.leaseTTL)
+	switch {
+	case err == nil && ok:
+		w.lastRenew.Store(before.UnixNano())
+		return true
+	case err == nil:
+		w.lose("fenced by another owner")
+		return false
+	}
+	s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Renew", Err: err})
+	if time.Since(time.Unix(0, w.lastRenew.Load())) >= s.cfg.leaseTTL*2/3 {
+		w.lose("not renewed in time")
+		return false
+	}
+	return true
+}
+
+// lose stops the shard after its lease was lost: no further checkpoint, buffered deliveries
+// dropped. The new owner replays from the last checkpoint.
+func (w *worker) lose(why string) {
+	if !w.lost.CompareAndSwap(false, true) {
+		return
+	}
+	w.gate.Add(1)
+	w.log.Info("lease lost", "why", why)
+	w.sub.report(&ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Lease", Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)})
+	w.cancelRead()
+	w.stopKeeper()
+}
+
+func (w *worker) stopKeeper() { w.stopOnce.Do(func() { close(w.keeperStop) }) }
+
+// settle records the consumer's verdict on m.
+func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
+	s := w.sub
+	s.outstanding.Add(-1)
+	if !handled {
+		return nil
+	}
+	w.mu.Lock()
+	if m.gen != w.gen {
+		w.mu.Unlock()
+		return nil
+	}
+	advanced := w.wm.settle(m.index)
+	if advanced {
+		w.dirty = true
+	}
+	w.mu.Unlock()
+	if w.waitingRoom.Load() {
+		select {
+		case w.room <- struct{}{}:
+		default:
+		}
+	}
+	if advanced && s.cfg.checkpointInterval == 0 {
+		return w.flush(ctx)
+	}
+	return nil
+}
+
+// flush writes the watermark to the lease store if it moved since the last write. A fenced
+// write stops the shard and is not an error: the new owner replays.
+func (w *worker) flush(ctx context.Context) error {
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	if w.lost.Load() {
+		return nil
+	}
+	w.mu.Lock()
+	mark, dirty := w.wm.mark, w.dirty
+	w.dirty = false
+	w.mu.Unlock()
+	if !dirty || mark == "" || mark == w.written {
+		return nil
+	}
+	s := w.sub
+	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, mark)
+	if err != nil {
+		w.mu.Lock()
+		w.dirty = true
+		w.mu.Unlock()
+		return &ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: err}
+	}
+	if !ok {
+		w.lose("checkpoint fenced")
+		return nil
+	}
+	w.written = mark
+	w.checkpoints.Add(1)
+	w.log.Debug("checkpoint", "sequence", mark)
+	return nil
+}
+
+// retire ends an owned shard at Close: final checkpoint, then release.
+func (w *worker) retire(ctx context.Context) error {
+	w.stopKeeper()
+	<-w.keeperDone
+	if w.lost.Load() || w.ended.Load() {
+		return nil
+	}
+	err := w.flush(ctx)
+	if w.lost.Load() {
+		return err
+	}
+	if rerr := w.sub.cfg.store.Release(ctx, w.key, w.sub.cfg.owner); rerr != nil {
+		err = errors.Join(err, &ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Release", Err: rerr})
+	} else {
+		w.log.Info("lease released")
+	}
+	return err
+}
+
+// run reads the shard until it ends, the lease is lost or the subscription stops.
+func (w *worker) run() {
+	s := w.sub
+	defer s.readers.Done()
+	defer close(w.readerDone)
+	defer w.cancelRead()
+	r := reader{w: w, ctx: w.readCtx, gen: w.gate.Load(), start: w.start}
+	finished := r.loop()
+	switch {
+	case finished:
+		w.ended.Store(true)
+		w.stopKeeper()
+		<-w.keeperDone
+		w.releaseFinished()
+		s.forget(w, true)
+	case w.lost.Load():
+		s.forget(w, false)
+	}
+}
+
+// releaseFinished hands back the lease of a shard read to its end.
+func (w *worker) releaseFinished() {
+	s := w.sub
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout)
+	defer cancel()
+	if err := s.cfg.store.Release(ctx, w.key, s.cfg.owner); err != nil {
+		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Release", Err: err})
+	}
+	w.log.Info("shard finished")
+}
+
+// reader is the state of one shard's read loop.
+type reader struct {
+	w       *worker
+	ctx     context.Context
+	gen     uint64
+	start   *kinesis.GetShardIteratorInput
+	iter    *string
+	attempt int
+}
+
+// loop reads until the shard ends (true) or the reader must stop (false).
+func (r *reader) loop() bool {
+	w, s := r.w, r.w.sub
+	for {
+		if r.ctx.Err() != nil {
+			return false
+		}
+		if cmd := w.takeSeek(); cmd != nil {
+			r.apply(cmd)
+			continue
+		}
+		if r.iter == nil && !r.open() {
+			continue
+		}
+		if !r.waitRoom() {
+			continue
+		}
+		if err := w.limiter.Wait(r.ctx); err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
+		out, err := s.client.GetRecords(cctx, &kinesis.GetRecordsInput{
+			ShardIterator: r.iter, Limit: aws.Int32(s.cfg.batchSize),
+		}, noRetry)
+		cancel()
+		if err != nil {
+			r.failed("GetRecords", err)
+			continue
+		}
+		r.attempt = 0
+		w.throttled.Store(false)
+		w.millisBehind.Store(aws.ToInt64(out.MillisBehindLatest))
+		size := 0
+		for i := range out.Records {
+			size += len(out.Records[i].Data)
+		}
+		if !r.deliver(out.Records) {
+			continue
+		}
+		// A very large read spends the shard's byte budget: pause before the next call as the
+		// service would throttle it.
+		if size > 0 {
+			if res := w.bytes.ReserveN(time.Now(), min(size, bytesBurst)); res.OK() {
+				if d := res.Delay(); d > 0 && !r.sleep(d) {
+					continue
+				}
+			}
+		}
+		w.log.Debug("poll", "records", len(out.Records), "millis_behind", aws.ToInt64(out.MillisBehindLatest))
+		if out.NextShardIterator == nil {
+			if r.finish() {
+				return true
+			}
+			continue
+		}
+		r.iter = out.NextShardIterator
+		if len(out.Records) == 0 {
+			r.sleep(s.cfg.pollInterval)
+		}
+	}
+}
+
+// open gets an iterator: after the newest record fetched in this generation (so nothing
+// delivered is fetched twice and nothing is skipped), or at the generation's start.
+func (r *reader) open() bool {
+	w, s := r.w, r.w.sub
+	in := r.start
+	w.mu.Lock()
+	if w.lastSeq != "" && w.gen == r.gen {
+		in = afterSequence(s.stream, w.id, w.lastSeq)
+	}
+	w.mu.Unlock()
+	cctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
+	out, err := s.client.GetShardIterator(cctx, in, noRetry)
+	cancel()
+	if err != nil {
+		r.failed("GetShardIterator", err)
+		return false
+	}
+	r.iter = out.ShardIterator
+	return true
+}
+
+// failed handles a failed call: fatal, reopen, or back off and retry.
+func (r *reader) failed(op string, err error) {
+	w, s := r.w, r.w.sub
+	kind := classify(r.ctx, err)
+	switch kind {
+	case errStopped:
+		return
+	case errExpired:
+		w.log.Debug("iterator expired")
+		r.iter = nil
+		return
+	case errGone:
+		s.fail(fmt.Errorf("%w: %s: %w", ErrStreamNotFound, s.stream, &ShardError{Stream: s.stream, Shard: w.id, Op: op, Err: err}))
+		<-r.ctx.Done()
+		return
+	case errThrottled:
+		w.throttled.Store(true)
+		w.log.Warn("throttled", "op", op, "attempt", r.attempt)
+	case errRejected:
+		// The iterator or position was refused: reopen from the last known place.
+		r.iter = nil
+		w.log.Warn("request rejected", "op", op, "err", err)
+	default:
+		w.log.Warn("call failed", "op", op, "attempt", r.attempt, "err", err)
+	}
+	s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: op, Err: err})
+	r.sleep(backoff(r.attempt))
+	r.attempt++
+}
+
+// sleep waits d, or less when the reader stops or a seek arrives. It reports whether the
+// full time passed.
+func (r *reader) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.ctx.Done():
+	case <-r.w.seekNote:
+		r.w.renote()
+	}
+	return false
+}
+
+// waitRoom blocks while the shard has its maximum of unsettled deliveries.
+func (r *reader) waitRoom() bool {
+	w := r.w
+	for {
+		w.mu.Lock()
+		full := w.gen == r.gen && w.wm.unsettled() >= w.sub.cfg.maxInFlight
+		w.waitingRoom.Store(full)
+		w.mu.Unlock()
+		if !full {
+			return true
+		}
+		select {
+		case <-w.room:
+		case <-r.ctx.Done():
+			return false
+		case <-w.seekNote:
+			w.renote()
+			return false
+		}
+	}
+}
+
+// deliver tracks a batch in the watermark and sends it to the publisher. It reports false when
+// interrupted by a seek or a stop: the rest of the batch is dropped, and the reader reopens.
+func (r *reader) deliver(records []types.Record) bool {
+	if len(records) == 0 {
+		return true
+	}
+	w, s := r.w, r.w.sub
+	msgs := make([]Message, len(records))
+	w.mu.Lock()
+	if w.gen != r.gen {
+		w.mu.Unlock()
+		return false
+	}
+	for i := range records {
+		rec := &records[i]
+		m := &msgs[i]
+		m.sequence = aws.ToString(rec.SequenceNumber)
+		m.shard, m.gen = w, r.gen
+		m.index = w.wm.track(m.sequence)
+		if isAggregated(rec.Data) {
+			w.wm.settle(m.index)
+			w.dirty = true
+			m.shard = nil
+			continue
+		}
+		m.partitionKey = aws.ToString(rec.PartitionKey)
+		m.arrival = aws.ToTime(rec.ApproximateArrivalTimestamp)
+		m.headers, m.data = decodeEnvelope(rec.Data)
+		if len(m.headers) == 0 {
+			m.headers = nil
+		}
+	}
+	w.lastSeq = msgs[len(msgs)-1].sequence
+	w.mu.Unlock()
+	for i := range msgs {
+		m := &msgs[i]
+		if m.shard == nil {
+			s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Decode",
+				Err: fmt.Errorf("%w: sequence number %s", ErrAggregatedRecord, m.sequence)})
+			continue
+		}
+		select {
+		case s.in <- m:
+		case <-r.ctx.Done():
+			return false
+		case <-w.seekNote:
+			w.renote()
+			return false
+		}
+	}
+	return true
+}
+
+// finish completes a shard that returned its last records: once every delivery is settled,
+// it checkpoints SHARD_END so that children may start. It reports false when interrupted (a
+// seek, a stop, a lost lease, or a failed write to retry).
+func (r *reader) finish() bool {
+	w, s := r.w, r.w.sub
+	for {
+		w.mu.Lock()
+		open := w.wm.unsettled()
+		w.waitingRoom.Store(open > 0)
+		w.mu.Unlock()
+		if open == 0 {
+			break
+		}
+		select {
+		case <-w.room:
+		case <-r.ctx.Done():
+			return false
+		case <-w.seekNote:
+			w.renote()
+			return false
+		}
+	}
+	w.flushMu.Lock()
+	defer w.flushMu.Unlock()
+	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
+	defer cancel()
+	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, lease.ShardEnd)
+	if err != nil {
+		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: err})
+		r.iter = nil // the shard's end is found again after the backoff
+		r.sleep(backoff(r.attempt))
+		r.attempt++
+		return false
+	}
+	if !ok {
+		w.lose("checkpoint fenced")
+		return false
+	}
+	w.written = lease.ShardEnd
+	return true
+}
+
+// takeSeek returns the pending seek command, if any.
+func (w *worker) takeSeek() *seekCmd {
+	w.seekMu.Lock()
+	defer w.seekMu.Unlock()
+	cmd := w.seekReq
+	w.seekReq = nil
+	return cmd
+}
+
+// renote re-arms the seek notification after a wait consumed it, so the loop sees it.
+func (w *worker) renote() {
+	select {
+	case w.seekNote <- struct{}{}:
+	default:
+	}
+}
+
+// apply reopens the shard where a seek asked.
+func (r *reader) apply(cmd *seekCmd) {
+	w, s := r.w, r.w.sub
+	r.gen = cmd.gen
+	r.start = cmd.pos.iteratorInput(s.stream, w.id)
+	r.attempt = 0
+	if cmd.iter != nil {
+		r.iter = cmd.iter
+		cmd.done <- nil
+		return
+	}
+	r.iter = nil
+	cctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
+	out, err := s.client.GetShardIterator(cctx, r.start, noRetry)
+	cancel()
+	if err != nil {
+		cmd.done <- &ShardError{Stream: s.stream, Shard: w.id, Op: "Seek", Err: err}
+		r.failed("GetShardIterator", err)
+		return
+	}
+	r.iter = out.ShardIterator
+	cmd.done <- nil
+}

@@ -1,0 +1,470 @@
+package kinesub
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/internal/testenv"
+	"github.com/gostream/kinesub/lease"
+)
+
+func TestRoundTrip(t *testing.T) {
+	s := newStream(t, 2)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	seq, err := s.pub.Publish(context.Background(), "order-42", []byte("paid"), map[string]string{"trace-id": "abc", "kind": "payment"})
+	require.NoError(t, err)
+	m := recv(t, sub, 1, true)[0]
+	assert.Equal(t, "paid", string(m.Data()))
+	assert.Equal(t, map[string]string{"trace-id": "abc", "kind": "payment"}, m.Headers())
+	assert.Equal(t, "order-42", m.PartitionKey())
+	assert.Equal(t, seq, m.SequenceNumber())
+	assert.Contains(t, s.shardIDs(), m.ShardID())
+	assert.WithinDuration(t, time.Now(), m.ArrivalTime(), time.Minute)
+	assert.Equal(t, AtSequence(m.ShardID(), seq), m.Position())
+
+	// A record without headers has an empty, non-nil header map.
+	_, err = s.pub.Publish(context.Background(), "order-43", []byte("plain"), nil)
+	require.NoError(t, err)
+	m = recv(t, sub, 1, true)[0]
+	assert.Equal(t, "plain", string(m.Data()))
+	assert.NotNil(t, m.Headers())
+	assert.Empty(t, m.Headers())
+	assert.ErrorIs(t, m.Ack(context.Background()), ErrAlreadySettled)
+}
+
+func TestResumeFromCheckpoint(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(10, 1)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	got := recv(t, sub, 5, true)
+	require.Equal(t, []string{"key-0/0", "key-0/1", "key-0/2", "key-0/3", "key-0/4"}, payloads(got))
+	require.NoError(t, sub.Close(context.Background()))
+	l := readLease(t, store, s.name, got[4].ShardID())
+	require.Equal(t, got[4].SequenceNumber(), l.Checkpoint)
+	require.Empty(t, l.Owner, "Close releases the lease")
+
+	sub2 := subscribeT(t, s, testOpts(store)...)
+	got = recv(t, sub2, 5, true)
+	require.Equal(t, []string{"key-0/5", "key-0/6", "key-0/7", "key-0/8", "key-0/9"}, payloads(got))
+	quiet(t, sub2, 300*time.Millisecond)
+}
+
+func TestNackRequeueReplays(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(6, 1)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	got := recv(t, sub, 6, false)
+	ctx := context.Background()
+	for i, m := range got {
+		if i == 2 {
+			require.NoError(t, m.Nack(ctx, true))
+			continue
+		}
+		require.NoError(t, m.Ack(ctx))
+	}
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[1].SequenceNumber(), readLease(t, store, s.name, got[0].ShardID()).Checkpoint)
+	require.NoError(t, sub.Close(ctx))
+
+	sub2 := subscribeT(t, s, testOpts(store)...)
+	replay := recv(t, sub2, 4, true)
+	require.Equal(t, []string{"key-0/2", "key-0/3", "key-0/4", "key-0/5"}, payloads(replay))
+}
+
+func TestNackSkipIsHandled(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(3, 1)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	got := recv(t, sub, 3, false)
+	ctx := context.Background()
+	require.NoError(t, got[0].Ack(ctx))
+	require.NoError(t, got[1].Nack(ctx, false))
+	require.NoError(t, got[2].Ack(ctx))
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[2].SequenceNumber(), readLease(t, store, s.name, got[0].ShardID()).Checkpoint)
+}
+
+func TestOutOfOrderAcksAdvancePrefixOnly(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(5, 1)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithCheckpointInterval(time.Hour))...)
+	got := recv(t, sub, 5, false)
+	ctx := context.Background()
+	shard := got[0].ShardID()
+	for _, i := range []int{0, 2, 3, 4} {
+		require.NoError(t, got[i].Ack(ctx))
+	}
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[0].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+	require.NoError(t, got[1].Ack(ctx))
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[4].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+}
+
+func TestCheckpointEveryAdvance(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(3, 1)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithCheckpointInterval(0))...)
+	for _, m := range recv(t, sub, 3, false) {
+		require.NoError(t, m.Ack(context.Background()))
+		// With interval 0 the write is done when Ack returns.
+		require.Equal(t, m.SequenceNumber(), readLease(t, store, s.name, m.ShardID()).Checkpoint)
+	}
+}
+
+// TestSplitDuringConsumption splits the only shard while records flow: every record arrives,
+// and per key in publish order, because the children wait for the parent to drain.
+func TestSplitDuringConsumption(t *testing.T) {
+	s := newStream(t, 1)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	s.publish(300, 12)
+	var oc orderChecker
+	shards := map[string]int{}
+	for _, m := range recv(t, sub, 100, true) {
+		oc.see(t, m)
+		shards[m.ShardID()]++
+	}
+	parent := s.shardIDs()[0]
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	_, err := s.c.SplitShard(context.Background(), &kinesis.SplitShardInput{
+		StreamName: aws.String(s.name), ShardToSplit: aws.String(parent), NewStartingHashKey: aws.String(mid.String()),
+	})
+	require.NoError(t, err)
+	testenv.WaitActive(t, s.c, s.name)
+	s.publish(300, 12)
+	for _, m := range recv(t, sub, 500, true) {
+		oc.see(t, m)
+		shards[m.ShardID()]++
+	}
+	require.Len(t, shards, 3, "records from the parent and both children: %v", shards)
+	for k, n := range oc.next {
+		require.Equal(t, 50, n, "key %s", k)
+	}
+	quiet(t, sub, 300*time.Millisecond)
+}
+
+// TestMergeDuringConsumption merges two shards while records flow: the child waits for both
+// parents, ParentShardId and AdjacentParentShardId.
+func TestMergeDuringConsumption(t *testing.T) {
+	s := newStream(t, 2)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	s.publish(300, 12)
+	var oc orderChecker
+	shards := map[string]int{}
+	for _, m := range recv(t, sub, 100, true) {
+		oc.see(t, m)
+		shards[m.ShardID()]++
+	}
+	ids := s.shardIDs()
+	_, err := s.c.MergeShards(context.Background(), &kinesis.MergeShardsInput{
+		StreamName: aws.String(s.name), ShardToMerge: aws.String(ids[0]), AdjacentShardToMerge: aws.String(ids[1]),
+	})
+	require.NoError(t, err)
+	testenv.WaitActive(t, s.c, s.name)
+	s.publish(300, 12)
+	for _, m := range recv(t, sub, 500, true) {
+		oc.see(t, m)
+		shards[m.ShardID()]++
+	}
+	require.Len(t, shards, 3, "records from both parents and the child: %v", shards)
+	for k, n := range oc.next {
+		require.Equal(t, 50, n, "key %s", k)
+	}
+}
+
+// TestChildrenWaitForParents checks the gate itself: a child never delivers while a parent
+// holds an unacknowledged record.
+func TestChildrenWaitForParents(t *testing.T) {
+	s := newStream(t, 1)
+	parent := s.shardIDs()[0]
+	s.publish(5, 1)
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	_, err := s.c.SplitShard(context.Background(), &kinesis.SplitShardInput{
+		StreamName: aws.String(s.name), ShardToSplit: aws.String(parent), NewStartingHashKey: aws.String(mid.String()),
+	})
+	require.NoError(t, err)
+	testenv.WaitActive(t, s.c, s.name)
+	s.publish(20, 4)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	held := recv(t, sub, 5, false)
+	for _, m := range held {
+		require.Equal(t, parent, m.ShardID())
+	}
+	quiet(t, sub, 500*time.Millisecond) // children are gated while the parent's records are unsettled
+	for _, m := range held {
+		require.NoError(t, m.Ack(context.Background()))
+	}
+	for _, m := range recv(t, sub, 20, true) {
+		require.NotEqual(t, parent, m.ShardID())
+	}
+}
+
+// blackhole is a lease store that fails every call while cut is set: a partitioned process.
+type blackhole struct {
+	lease.Store
+	cut atomic.Bool
+}
+
+func (b *blackhole) fail() error { return fmt.Errorf("network unreachable (test partition)") }
+
+func (b *blackhole) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if b.cut.Load() {
+		return false, b.fail()
+	}
+	return b.Store.Renew(ctx, key, owner, ttl)
+}
+
+func (b *blackhole) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+	if b.cut.Load() {
+		return false, b.fail()
+	}
+	return b.Store.Checkpoint(ctx, key, owner, seq)
+}
+
+func (b *blackhole) Release(ctx context.Context, key, owner string) error {
+	if b.cut.Load() {
+		return b.fail()
+	}
+	return b.Store.Release(ctx, key, owner)
+}
+
+func (b *blackhole) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if b.cut.Load() {
+		return false, b.fail()
+	}
+	return b.Store.Acquire(ctx, key, owner, ttl)
+}
+
+func (b *blackhole) List(ctx context.Context) ([]lease.Lease, error) {
+	if b.cut.Load() {
+		return nil, b.fail()
+	}
+	return b.Store.List(ctx)
+}
+
+// TestTakeoverAfterExpiry: a subscriber cut off from the lease table stops reading before its
+// lease expires, and a second one on the same DynamoDB table takes the shard over and resumes
+// after the checkpoint.
+func TestTakeoverAfterExpiry(t *testing.T) {
+	s := newStream(t, 1)
+	table := lease.NewDynamoDB(testenv.DynamoDB(t), testenv.Name(t))
+	require.NoError(t, table.EnsureTable(context.Background()))
+	a := &blackhole{Store: table}
+	s.publish(10, 1)
+	subA := subscribeT(t, s, testOpts(a, WithOwner("a"), WithStartAt(Horizon()))...)
+	got := recv(t, subA, 10, false)
+	for _, m := range got[:4] {
+		require.NoError(t, m.Ack(context.Background()))
+	}
+	require.NoError(t, subA.Commit(context.Background()))
+	shard := got[0].ShardID()
+
+	subB := subscribeT(t, s, testOpts(table, WithOwner("b"))...)
+	quiet(t, subB, 300*time.Millisecond) // a holds the lease
+	a.cut.Store(true)
+	start := time.Now()
+	waitErr(t, subA, ErrLeaseLost, 3*time.Second)
+	t.Logf("a stopped after %v", time.Since(start))
+	replay := recv(t, subB, 6, true)
+	t.Logf("b took over after %v", time.Since(start))
+	require.Equal(t, []string{"key-0/4", "key-0/5", "key-0/6", "key-0/7", "key-0/8", "key-0/9"}, payloads(replay))
+	require.Equal(t, "b", readLease(t, table, s.name, shard).Owner)
+}
+
+// TestFencedReaderStops: when another owner takes the lease over, the reader stops within one
+// renew period (TTL/3) and delivers nothing more from that shard.
+func TestFencedReaderStops(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	ttl := 900 * time.Millisecond
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithLeaseTTL(ttl))...)
+	s.publish(3, 1)
+	shard := recv(t, sub, 3, true)[0].ShardID()
+	l := readLease(t, store, s.name, shard)
+	ok, err := store.Steal(context.Background(), l.Key, "thief", l.Counter, time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	start := time.Now()
+	waitErr(t, sub, ErrLeaseLost, 2*ttl)
+	require.Less(t, time.Since(start), ttl/3+300*time.Millisecond, "fenced within one renew period")
+	s.publish(3, 1)
+	quiet(t, sub, 500*time.Millisecond)
+	require.Equal(t, "thief", readLease(t, store, s.name, shard).Owner)
+}
+
+// TestCloseDrainsFlushesReleases: Close waits for what the consumer holds, writes the
+// checkpoint and releases; the next subscriber resumes right after the last acked record.
+func TestCloseDrainsFlushesReleases(t *testing.T) {
+	done := goroutines(t)
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(10, 1)
+	sub, err := Subscribe(context.Background(), s.c, s.name, testOpts(store, WithStartAt(Horizon()), WithCheckpointInterval(time.Hour))...)
+	require.NoError(t, err)
+	got := recv(t, sub, 7, false)
+	for _, m := range got[:6] {
+		require.NoError(t, m.Ack(context.Background()))
+	}
+	// The last one is acked while Close waits.
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		_ = got[6].Ack(context.Background())
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n := 0
+	closed := make(chan struct{})
+	go func() {
+		for range sub.Messages() {
+			n++
+		}
+		close(closed)
+	}()
+	require.NoError(t, sub.Close(ctx))
+	<-closed
+	for range sub.Errors() {
+	}
+	l := readLease(t, store, s.name, got[0].ShardID())
+	require.Equal(t, got[6].SequenceNumber(), l.Checkpoint)
+	require.Empty(t, l.Owner)
+	require.NoError(t, sub.Err())
+	require.ErrorIs(t, sub.Seeker().Seek(context.Background(), Horizon()), ErrClosed)
+	done()
+
+	sub2 := subscribeT(t, s, testOpts(store)...)
+	require.Equal(t, []string{"key-0/7", "key-0/8", "key-0/9"}, payloads(recv(t, sub2, 3, true)))
+}
+
+func TestCancelEndsSubscription(t *testing.T) {
+	done := goroutines(t)
+	s := newStream(t, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	sub, err := Subscribe(ctx, s.c, s.name, testOpts(lease.NewMemory())...)
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond)
+	cancel()
+	ended := make(chan struct{})
+	go func() {
+		for range sub.Messages() {
+		}
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Messages not closed after ctx cancellation")
+	}
+	require.NoError(t, sub.Err())
+	require.NoError(t, sub.Close(context.Background()))
+	done()
+}
+
+func TestStreamNotFound(t *testing.T) {
+	c := testenv.Kinesis(t)
+	_, err := Subscribe(context.Background(), c, testenv.Name(t), WithRequestTimeout(2*time.Second))
+	require.ErrorIs(t, err, ErrStreamNotFound)
+	require.Contains(t, err.Error(), "WithCreateIfMissing")
+}
+
+func TestCreateIfMissing(t *testing.T) {
+	c := testenv.Kinesis(t)
+	name := testenv.Name(t)
+	t.Cleanup(func() {
+		_, _ = c.DeleteStream(context.Background(), &kinesis.DeleteStreamInput{StreamName: aws.String(name)})
+	})
+	sub, err := Subscribe(context.Background(), c, name, testOpts(lease.NewMemory(), WithCreateIfMissing(3))...)
+	require.NoError(t, err)
+	defer sub.Close(context.Background())
+	out, err := c.DescribeStreamSummary(context.Background(), &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(name)})
+	require.NoError(t, err)
+	require.EqualValues(t, 3, aws.ToInt32(out.StreamDescriptionSummary.OpenShardCount))
+}
+
+// TestStreamDeletedIsFatal: a stream deleted under a subscription ends it, and Err says why.
+func TestStreamDeletedIsFatal(t *testing.T) {
+	s := newStream(t, 1)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory())...)
+	time.Sleep(200 * time.Millisecond)
+	_, err := s.c.DeleteStream(context.Background(), &kinesis.DeleteStreamInput{StreamName: aws.String(s.name)})
+	require.NoError(t, err)
+	select {
+	case _, ok := <-sub.Messages():
+		require.False(t, ok)
+	case <-time.After(10 * time.Second):
+		t.Fatal("subscription did not end after its stream was deleted")
+	}
+	require.ErrorIs(t, sub.Err(), ErrStreamNotFound)
+}
+
+// TestAggregatedAndMalformedRecords: a KPL-aggregated record is reported, not delivered; a
+// record whose envelope is malformed arrives as a plain payload.
+func TestAggregatedAndMalformedRecords(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	aggSeq := s.put("k", []byte{0xF3, 0x89, 0x9A, 0xC2, 0x0A, 0x01, 'x'})
+	bad := []byte("RSK1\x00\x00\x27\x0fnot really headers")
+	s.put("k", bad)
+	s.put("k", []byte("after"))
+	err := waitErr(t, sub, ErrAggregatedRecord, 5*time.Second)
+	require.Contains(t, err.Error(), aggSeq)
+	got := recv(t, sub, 2, true)
+	require.Equal(t, bad, got[0].Data())
+	require.Empty(t, got[0].Headers())
+	require.Equal(t, "after", string(got[1].Data()))
+	require.NoError(t, sub.Commit(context.Background()))
+	require.Equal(t, got[1].SequenceNumber(), readLease(t, store, s.name, got[1].ShardID()).Checkpoint)
+}
+
+// TestSlowConsumerKeepsLeases: a consumer that stops reading for 5 × TTL keeps every lease
+// (renewal does not wait on deliveries) and resumes where it was.
+func TestSlowConsumerKeepsLeases(t *testing.T) {
+	s := newStream(t, 2)
+	store := lease.NewMemory()
+	ttl := 300 * time.Millisecond
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithLeaseTTL(ttl), WithBufferSize(1))...)
+	s.publish(200, 4)
+	var oc orderChecker
+	for _, m := range recv(t, sub, 10, true) {
+		oc.see(t, m)
+	}
+	time.Sleep(5 * ttl)
+	for _, id := range s.shardIDs() {
+		l := readLease(t, store, s.name, id)
+		require.True(t, l.Held(time.Now()), "lease of %s lost", id)
+		require.True(t, strings.HasPrefix(l.Owner, ""), "")
+	}
+	for _, m := range recv(t, sub, 190, true) {
+		oc.see(t, m)
+	}
+	quiet(t, sub, 200*time.Millisecond)
+}
+
+// TestMaxInFlightStopsFetching: a consumer that never acks gets at most the cap per shard.
+func TestMaxInFlightStopsFetching(t *testing.T) {
+	s := newStream(t, 1)
+	s.publish(100, 1)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()), WithMaxInFlight(10), WithBatchSize(5))...)
+	got := recv(t, sub, 10, false)
+	quiet(t, sub, 500*time.Millisecond)
+	for _, m := range got {
+		require.NoError(t, m.Ack(context.Background()))
+	}
+	more := recv(t, sub, 10, false)
+	require.Equal(t, "key-0/10", string(more[0].Data()))
+}

@@ -1,0 +1,79 @@
+package kinesub
+
+// watermark tracks one shard's deliveries in fetch order and finds the highest sequence number
+// below which every delivery has been handled: the checkpoint. Deliveries are numbered with a
+// monotonic index instead of comparing the service's 128-bit decimal sequence numbers.
+//
+// Acks may come in any order; the watermark advances over the contiguous handled prefix only,
+// so one unhandled delivery holds it (and everything after it replays on the next lease).
+// A watermark is not safe for concurrent use; its worker guards it.
+type watermark struct {
+	base    uint64 // index of pending[0]
+	pending []slot // deliveries from base on, in fetch order
+	head    int    // pending[:head] were handled and popped (compacted lazily)
+	settled int    // handled deliveries still behind an unhandled one
+	mark    string // sequence number of the newest handled delivery of the prefix
+}
+
+type slot struct {
+	seq     string
+	handled bool
+}
+
+// track registers a delivery of sequence seq and returns its index.
+func (w *watermark) track(seq string) uint64 {
+	w.pending = append(w.pending, slot{seq: seq})
+	return w.base + uint64(len(w.pending)-1)
+}
+
+// settle marks delivery idx handled. It reports whether the watermark advanced; the new
+// checkpoint is then w.mark. An index never tracked, or already handled, changes nothing.
+func (w *watermark) settle(idx uint64) bool {
+	if idx < w.base || idx-w.base >= uint64(len(w.pending)) {
+		return false
+	}
+	i := int(idx - w.base)
+	if i < w.head || w.pending[i].handled {
+		return false
+	}
+	w.pending[i].handled = true
+	if i != w.head {
+		w.settled++
+		return false
+	}
+	for w.head < len(w.pending) && w.pending[w.head].handled {
+		w.mark = w.pending[w.head].seq
+		w.pending[w.head] = slot{}
+		w.head++
+		if w.head-1 != i {
+			w.settled--
+		}
+	}
+	w.compact()
+	return true
+}
+
+// compact drops the popped prefix once it is at least half of the slice, so the slice's
+// memory follows the number of unhandled deliveries rather than the number ever tracked.
+func (w *watermark) compact() {
+	if w.head == len(w.pending) {
+		w.base += uint64(w.head)
+		w.pending = w.pending[:0]
+		w.head = 0
+		return
+	}
+	if w.head >= 1024 && w.head*2 >= len(w.pending) {
+		n := copy(w.pending, w.pending[w.head:])
+		clear(w.pending[n:])
+		w.pending = w.pending[:n]
+		w.base += uint64(w.head)
+		w.head = 0
+	}
+}
+
+// inFlight is the number of tracked deliveries not yet handled.
+func (w *watermark) inFlight() int { return len(w.pending) - w.head - w.settled }
+
+// unsettled is the number of deliveries between the watermark and the newest tracked one,
+// handled or not: what keeps the watermark from reaching the newest delivery.
+func (w *watermark) unsettled() int { return len(w.pending) - w.head }
