@@ -21,6 +21,7 @@ const (
 	posLatest
 	posTimestamp
 	posSequence
+	posAfter // just after a checkpointed sequence number; internal
 )
 
 // Position is a place in a stream to read from: stream-wide (Horizon, Latest, AtTimestamp) or
@@ -73,6 +74,8 @@ func (p Position) String() string {
 		return "timestamp:" + time.Unix(0, p.unixNano).UTC().Format(time.RFC3339Nano)
 	case posSequence:
 		return "sequence:" + p.shard + ":" + p.sequence
+	case posAfter:
+		return "after:" + p.sequence
 	}
 	return "invalid"
 }
@@ -137,6 +140,9 @@ func (p Position) iteratorInput(stream, shard string) *kinesis.GetShardIteratorI
 	case posSequence:
 		in.ShardIteratorType = types.ShardIteratorTypeAtSequenceNumber
 		in.StartingSequenceNumber = aws.String(p.sequence)
+	case posAfter:
+		in.ShardIteratorType = types.ShardIteratorTypeAfterSequenceNumber
+		in.StartingSequenceNumber = aws.String(p.sequence)
 	default:
 		in.ShardIteratorType = types.ShardIteratorTypeLatest
 	}
@@ -145,11 +151,7 @@ func (p Position) iteratorInput(stream, shard string) *kinesis.GetShardIteratorI
 
 // afterSequence opens shard just after a checkpointed sequence number.
 func afterSequence(stream, shard, seq string) *kinesis.GetShardIteratorInput {
-	return &kinesis.GetShardIteratorInput{
-		StreamName: aws.String(stream), ShardId: aws.String(shard),
-		ShardIteratorType:      types.ShardIteratorTypeAfterSequenceNumber,
-		StartingSequenceNumber: aws.String(seq),
-	}
+	return Position{kind: posAfter, sequence: seq}.iteratorInput(stream, shard)
 }
 
 // WithStartAt opens every shard at p, ahead of any stored checkpoint: exactly a stream-wide

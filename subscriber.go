@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,8 @@ const (
 	backoffMin          = 50 * time.Millisecond
 	backoffMax          = 5 * time.Second
 	errorsBuffer        = 64
+	leasePoll           = time.Second // the longest wait before a released lease is noticed
+	tipSkew             = 5 * time.Second
 )
 
 // Subscriber reads every shard of one stream that it holds a lease for and delivers the
@@ -68,6 +71,7 @@ type Subscriber struct {
 	installed *install
 	applied   map[string]uint64 // shard → install epoch its reader opened at
 	epoch     uint64
+	leases    map[string]lease.Lease // by shard id, as the last round read them
 
 	errMu      sync.Mutex
 	errsClosed bool
@@ -469,7 +473,8 @@ func (s *Subscriber) fencePublisher(ctx context.Context) error {
 // coordinate lists shards, claims leases and balances them until the subscription stops.
 func (s *Subscriber) coordinate() {
 	defer s.readers.Done()
-	claimEvery := min(s.cfg.shardSyncInterval, s.cfg.leaseTTL/3)
+	// The lease table is read often enough that a released lease is taken within a second.
+	claimEvery := min(s.cfg.shardSyncInterval, s.cfg.leaseTTL/3, leasePoll)
 	syncT := time.NewTicker(s.cfg.shardSyncInterval)
 	claimT := time.NewTicker(claimEvery)
 	balanceT := time.NewTicker(s.cfg.balanceInterval)
@@ -579,6 +584,7 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.leases = v.leases
 	atTip := s.installed == nil || s.installed.pos.kind == posLatest
 	ids := make([]string, 0, len(s.shards))
 	for id := range s.shards {
@@ -656,7 +662,7 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) {
 		if l.Held(v.now) && l.Owner != s.cfg.owner {
 			continue
 		}
-		if s.take(ctx, id, func(cctx context.Context) (bool, error) {
+		if s.take(ctx, id, false, func(cctx context.Context) (bool, error) {
 			return s.cfg.store.Acquire(cctx, s.leaseKey(id), s.cfg.owner, s.cfg.leaseTTL)
 		}) {
 			mine++
@@ -664,7 +670,34 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) {
 		}
 	}
 	if balance {
+		s.shed(v, n, k, mine)
 		s.steal(ctx, v, n, k, mine)
+	}
+}
+
+// shed hands back, cleanly, the leases this subscriber holds beyond its fair share
+// (ceil(n/k)) once other owners are live: checkpoint written, lease released, so a peer takes
+// each at once and resumes exactly after what was acked, instead of stealing it later.
+func (s *Subscriber) shed(v *view, n, k, mine int) {
+	fair := (n + k - 1) / k
+	if k < 2 || mine <= fair {
+		return
+	}
+	s.mu.Lock()
+	var mineNow []*worker
+	for _, id := range v.readable {
+		if w := s.workers[id]; w != nil && !w.lost.Load() && !w.ended.Load() {
+			mineNow = append(mineNow, w)
+		}
+	}
+	s.mu.Unlock()
+	rand.Shuffle(len(mineNow), func(i, j int) { mineNow[i], mineNow[j] = mineNow[j], mineNow[i] })
+	for _, w := range mineNow[:min(mine-fair, len(mineNow))] {
+		s.keepers.Add(1)
+		go func() {
+			defer s.keepers.Done()
+			w.handBack()
+		}()
 	}
 }
 
@@ -693,7 +726,7 @@ func (s *Subscriber) steal(ctx context.Context, v *view, n, k, mine int) {
 	}
 	id := candidates[rand.IntN(len(candidates))]
 	counter := v.leases[id].Counter
-	if s.take(ctx, id, func(cctx context.Context) (bool, error) {
+	if s.take(ctx, id, true, func(cctx context.Context) (bool, error) {
 		return s.cfg.store.Steal(cctx, s.leaseKey(id), s.cfg.owner, counter, s.cfg.leaseTTL)
 	}) {
 		s.log.Info("lease taken over for balance", logShard, id, "from", victim)
@@ -707,7 +740,7 @@ func (s *Subscriber) owns(id string) bool {
 }
 
 // take runs a lease write and, when it wins, starts the shard's reader.
-func (s *Subscriber) take(ctx context.Context, id string, write func(context.Context) (bool, error)) bool {
+func (s *Subscriber) take(ctx context.Context, id string, stolen bool, write func(context.Context) (bool, error)) bool {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	ok, err := write(cctx)
 	cancel()
@@ -739,7 +772,8 @@ func (s *Subscriber) take(ctx context.Context, id string, write func(context.Con
 		s.mu.Unlock()
 		return false
 	}
-	return s.startWorker(id, l, acquired)
+	w := s.startWorker(id, l, acquired, stolen)
+	return w
 }
 
 func (s *Subscriber) releaseKey(id string) {
@@ -753,7 +787,10 @@ func (s *Subscriber) releaseKey(id string) {
 // startWorker registers the shard's worker and starts its reader and lease keeper. The start
 // position is chosen under the same lock that a stream-wide Seek installs under, so a reader
 // either opens at a new installed position or is moved by the seek.
-func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time) bool {
+//
+// A stolen shard's reader waits one renew period first: the previous owner learns of the
+// takeover on its next renewal and stops, so the two never read the shard at once.
+func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, stolen bool) bool {
 	s.mu.Lock()
 	if s.closed || s.workers[id] != nil {
 		s.mu.Unlock()
@@ -761,12 +798,29 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time) b
 		return false
 	}
 	w := newWorker(s, id, acquired)
-	w.written = l.Checkpoint
-	w.start, w.startPos = s.startInput(id, l.Checkpoint)
+	w.setWritten(l.Checkpoint)
+	if stolen {
+		w.startDelay = s.cfg.leaseTTL / 3
+	}
+	pos := s.startInput(id, l.Checkpoint)
+	w.start, w.startPos = pos.iteratorInput(s.stream, id), pos.String()
 	w.readCtx, w.cancelRead = context.WithCancel(s.runCtx)
 	s.workers[id] = w
 	delete(s.waiting, id)
 	s.mu.Unlock()
+	if l.Checkpoint == "" {
+		// Record where this first reader opens, so that the shard's next owner does not open at
+		// a later tip should this one stop before its first checkpoint.
+		if m := marker(pos); m != "" {
+			ctx, cancel := context.WithTimeout(s.runCtx, s.cfg.requestTimeout)
+			if _, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, m); err != nil {
+				s.report(&ShardError{Stream: s.stream, Shard: id, Op: "Checkpoint", Err: err})
+			} else {
+				w.setWritten(m)
+			}
+			cancel()
+		}
+	}
 	w.log.Info("lease taken", "checkpoint", l.Checkpoint, "start", w.startPos)
 	s.readers.Add(1)
 	s.keepers.Add(1)
@@ -776,30 +830,52 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time) b
 }
 
 // startInput picks where a shard's new reader opens. An installed stream-wide position comes
-// first, once per shard; then the checkpoint; a shard without one opens at the oldest record
-// when a parent was read to its end here (so nothing after a reshard is skipped), and at the
-// tip otherwise. Called with s.mu held.
-func (s *Subscriber) startInput(id, checkpoint string) (*kinesis.GetShardIteratorInput, string) {
+// first, once per shard; then the checkpoint (or a position marker a previous owner left); a
+// shard without one opens at the oldest record when a parent was read to its end here (so
+// nothing after a reshard is skipped), and at the tip otherwise. Called with s.mu held.
+func (s *Subscriber) startInput(id, checkpoint string) Position {
 	if in := s.installed; in != nil && s.applied[id] != in.epoch {
 		s.applied[id] = in.epoch
 		if in.pos.kind == posLatest && !in.known[id] && s.listed {
 			// A shard born after a seek to the tip holds only newer records.
-			return Horizon().iteratorInput(s.stream, id), Horizon().String()
+			return Horizon()
 		}
-		return in.pos.iteratorInput(s.stream, id), in.pos.String()
+		return in.pos
 	}
-	if checkpoint != "" {
-		return afterSequence(s.stream, id, checkpoint), "after:" + checkpoint
+	switch {
+	case checkpoint == lease.TrimHorizon:
+		return Horizon()
+	case strings.HasPrefix(checkpoint, lease.AtTimestampPrefix):
+		if ms, err := strconv.ParseInt(checkpoint[len(lease.AtTimestampPrefix):], 10, 64); err == nil {
+			return AtTimestamp(time.UnixMilli(ms))
+		}
+	case checkpoint != "":
+		return Position{kind: posAfter, sequence: checkpoint}
 	}
 	if in := s.installed; in != nil {
-		return in.pos.iteratorInput(s.stream, id), in.pos.String()
+		return in.pos
 	}
 	for _, p := range s.shards[id].parents {
 		if s.finished[p] {
-			return Horizon().iteratorInput(s.stream, id), Horizon().String()
+			return Horizon()
 		}
 	}
-	return Latest().iteratorInput(s.stream, id), Latest().String()
+	return Latest()
+}
+
+// marker is the checkpoint value that makes a later owner open a shard where p opened it.
+// The tip is recorded as an instant a little in the past, covering clock skew: a few records
+// may be delivered twice, none skipped.
+func marker(p Position) string {
+	switch p.kind {
+	case posHorizon:
+		return lease.TrimHorizon
+	case posLatest:
+		return lease.AtTimestampPrefix + strconv.FormatInt(time.Now().Add(-tipSkew).UnixMilli(), 10)
+	case posTimestamp:
+		return lease.AtTimestampPrefix + strconv.FormatInt(time.Unix(0, p.unixNano).UnixMilli(), 10)
+	}
+	return ""
 }
 
 // forget removes a worker that stopped on its own (finished, lease lost).
@@ -867,12 +943,13 @@ func noRetry(o *kinesis.Options) { o.RetryMaxAttempts = 1 }
 
 // worker reads one leased shard and keeps its lease and checkpoint.
 type worker struct {
-	sub      *Subscriber
-	id       string
-	key      string
-	log      *slog.Logger
-	start    *kinesis.GetShardIteratorInput
-	startPos string
+	sub        *Subscriber
+	id         string
+	key        string
+	log        *slog.Logger
+	start      *kinesis.GetShardIteratorInput
+	startPos   string
+	startDelay time.Duration
 
 	gate atomic.Uint64 // current generation; deliveries stamped otherwise are stale
 
@@ -883,7 +960,8 @@ type worker struct {
 	lastSeq string // newest sequence number fetched in this generation
 
 	flushMu sync.Mutex
-	written string // newest checkpoint in the store as far as this worker knows
+	written string                 // newest checkpoint in the store as far as this worker knows
+	shown   atomic.Pointer[string] // written, for Shards, which must not wait on a write
 
 	waitingRoom atomic.Bool
 	room        chan struct{}
@@ -1007,6 +1085,13 @@ func (w *worker) lose(why string) {
 	w.stopKeeper()
 }
 
+// setWritten records the newest checkpoint written; called with flushMu held (or before the
+// worker starts).
+func (w *worker) setWritten(seq string) {
+	w.written = seq
+	w.shown.Store(&seq)
+}
+
 func (w *worker) stopKeeper() { w.stopOnce.Do(func() { close(w.keeperStop) }) }
 
 // settle records the consumer's verdict on m.
@@ -1065,7 +1150,7 @@ func (w *worker) flush(ctx context.Context) error {
 		w.lose("checkpoint fenced")
 		return nil
 	}
-	w.written = mark
+	w.setWritten(mark)
 	w.checkpoints.Add(1)
 	w.log.Debug("checkpoint", "sequence", mark)
 	return nil
@@ -1090,12 +1175,34 @@ func (w *worker) retire(ctx context.Context) error {
 	return err
 }
 
+// handBack stops reading the shard and releases its lease after a final checkpoint, for
+// balancing. Deliveries not yet handed out are dropped; the next owner reads them again.
+func (w *worker) handBack() {
+	s := w.sub
+	w.gate.Add(1)
+	w.cancelRead()
+	<-w.readerDone
+	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.requestTimeout)
+	defer cancel()
+	if err := w.retire(ctx); err != nil {
+		s.report(err)
+	}
+	w.log.Info("lease handed back for balance")
+	s.forget(w, false)
+}
+
 // run reads the shard until it ends, the lease is lost or the subscription stops.
 func (w *worker) run() {
 	s := w.sub
 	defer s.readers.Done()
 	defer close(w.readerDone)
 	defer w.cancelRead()
+	if w.startDelay > 0 {
+		select {
+		case <-time.After(w.startDelay):
+		case <-w.readCtx.Done():
+		}
+	}
 	r := reader{w: w, ctx: w.readCtx, gen: w.gate.Load(), start: w.start}
 	finished := r.loop()
 	switch {
@@ -1372,7 +1479,7 @@ func (r *reader) finish() bool {
 		w.lose("checkpoint fenced")
 		return false
 	}
-	w.written = lease.ShardEnd
+	w.setWritten(lease.ShardEnd)
 	return true
 }
 

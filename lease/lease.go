@@ -20,6 +20,17 @@ import (
 // (after a split or a merge) whose every record was handled. Its children may then start.
 const ShardEnd = "SHARD_END"
 
+// Position markers: checkpoint values that record where a shard's first reader opened it
+// before any record was handled, so that a later owner opens there too rather than at the tip
+// (which would skip what was published in between).
+const (
+	// TrimHorizon: the shard was opened at its oldest record.
+	TrimHorizon = "TRIM_HORIZON"
+	// AtTimestampPrefix, followed by milliseconds since the epoch: the shard was opened at the
+	// first record that arrived at or after that instant.
+	AtTimestampPrefix = "AT_TIMESTAMP:"
+)
+
 // Lease is one shard's lease as stored.
 type Lease struct {
 	// Key names the leased thing; kinesub uses "<stream name>/<shard id>".
@@ -30,7 +41,8 @@ type Lease struct {
 	Expiry time.Time
 	// Counter is bumped by every write to the lease: a fencing token that only grows.
 	Counter int64
-	// Checkpoint is the sequence number of the last handled record, ShardEnd, or empty.
+	// Checkpoint is the sequence number of the last handled record, ShardEnd, a position
+	// marker (TrimHorizon, AtTimestampPrefix…) or empty.
 	Checkpoint string
 }
 

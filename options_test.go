@@ -1,0 +1,89 @@
+package kinesub
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/gostream/kinesub/internal/kinesisiface"
+)
+
+// noIO is a Kinesis client that fails the test on any call: options are checked first.
+type noIO struct {
+	kinesisiface.Kinesis
+	t *testing.T
+}
+
+func (n noIO) DescribeStreamSummary(context.Context, *kinesis.DescribeStreamSummaryInput, ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error) {
+	n.t.Error("DescribeStreamSummary called despite an invalid option")
+	return nil, errors.New("no I/O expected")
+}
+
+func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
+	for _, tc := range []struct {
+		opt  Option
+		name string // the option the error must name
+	}{
+		{WithBatchSize(0), "WithBatchSize"},
+		{WithBatchSize(10001), "WithBatchSize"},
+		{WithPollInterval(0), "WithPollInterval"},
+		{WithPollInterval(2 * time.Hour), "WithPollInterval"},
+		{WithShardSyncInterval(-time.Second), "WithShardSyncInterval"},
+		{WithLeaseTTL(time.Millisecond), "WithLeaseTTL"},
+		{WithLeaseTTL(2 * time.Hour), "WithLeaseTTL"},
+		{WithCreateIfMissing(0), "WithCreateIfMissing"},
+		{WithCreateIfMissing(10001), "WithCreateIfMissing"},
+		{WithLeaseStore(nil), "WithLeaseStore"},
+		{WithOwner(""), "WithOwner"},
+		{WithOwner(strings.Repeat("x", 257)), "WithOwner"},
+		{WithLogger(nil), "WithLogger"},
+		{WithCheckpointInterval(-time.Second), "WithCheckpointInterval"},
+		{WithMaxInFlight(0), "WithMaxInFlight"},
+		{WithBufferSize(-1), "WithBufferSize"},
+		{WithRequestTimeout(time.Millisecond), "WithRequestTimeout"},
+		{WithRequestTimeout(time.Hour), "WithRequestTimeout"},
+		{WithBalanceInterval(-time.Second), "WithBalanceInterval"},
+		{WithStartAt(AtSequence("shardId-000000000000", "1")), "WithStartAt"},
+		{WithStartAt(Position{}), "WithStartAt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := subscribe(context.Background(), noIO{t: t}, "orders", tc.opt)
+			if !errors.Is(err, ErrInvalidOption) {
+				t.Fatalf("err = %v, want ErrInvalidOption", err)
+			}
+			if !strings.Contains(err.Error(), tc.name+"(") || !strings.Contains(err.Error(), "must be") {
+				t.Errorf("error %q does not name %s and its range", err, tc.name)
+			}
+		})
+	}
+}
+
+func TestInvalidStreamNameRejectedBeforeIO(t *testing.T) {
+	for _, name := range []string{"", "has space", "slash/inside", strings.Repeat("s", 129)} {
+		_, err := subscribe(context.Background(), noIO{t: t}, name)
+		if !errors.Is(err, ErrInvalidOption) {
+			t.Errorf("stream %q: err = %v, want ErrInvalidOption", name, err)
+		}
+	}
+	if _, err := Subscribe(context.Background(), nil, "orders"); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("nil client: err = %v", err)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c := defaultConfig()
+	if err := c.validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.batchSize != 1000 || c.pollInterval != time.Second || c.shardSyncInterval != 10*time.Second ||
+		c.leaseTTL != 10*time.Second || c.checkpointInterval != 5*time.Second || c.balanceInterval != 20*time.Second {
+		t.Errorf("defaults changed: %+v", c)
+	}
+	if c.store == nil || c.owner == "" || c.logger == nil {
+		t.Error("validate must fill the store, owner and logger")
+	}
+}

@@ -1,0 +1,160 @@
+package kinesub
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/internal/testenv"
+	"github.com/gostream/kinesub/lease"
+)
+
+func dynamoStore(t *testing.T) *lease.DynamoDB {
+	t.Helper()
+	table := lease.NewDynamoDB(testenv.DynamoDB(t), testenv.Name(t))
+	require.NoError(t, table.EnsureTable(context.Background()))
+	return table
+}
+
+// split counts the live leases of stream per owner, sorted descending.
+func split(t *testing.T, store lease.Store, stream string) []int {
+	t.Helper()
+	ls, err := store.List(context.Background())
+	require.NoError(t, err)
+	per := map[string]int{}
+	for _, l := range ls {
+		if l.Held(time.Now()) && len(l.Key) > len(stream) && l.Key[:len(stream)+1] == stream+"/" {
+			per[l.Owner]++
+		}
+	}
+	var out []int
+	for _, n := range per {
+		out = append(out, n)
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(out)))
+	return out
+}
+
+// TestBalanceConverges: one instance holds all 12 shards; two more join. The split becomes
+// 4/4/4 within 3 balance periods and stays there.
+func TestBalanceConverges(t *testing.T) {
+	s := newStream(t, 12)
+	store := dynamoStore(t)
+	period := 500 * time.Millisecond
+	opts := func(owner string) []Option {
+		return testOpts(store, WithOwner(owner), WithBalanceInterval(period), WithShardSyncInterval(200*time.Millisecond))
+	}
+	subA := subscribeT(t, s, opts("a")...)
+	eventually(t, 5*time.Second, "a holds all 12", func() bool {
+		sp := split(t, store, s.name)
+		return len(sp) == 1 && sp[0] == 12
+	})
+	_ = subA
+	start := time.Now()
+	subscribeT(t, s, opts("b")...)
+	subscribeT(t, s, opts("c")...)
+	eventually(t, 3*period+time.Second, "4/4/4", func() bool {
+		return fmt.Sprint(split(t, store, s.name)) == "[4 4 4]"
+	})
+	t.Logf("converged to 4/4/4 in %v (balance period %v)", time.Since(start), period)
+	for end := time.Now().Add(10 * period); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		require.Equal(t, "[4 4 4]", fmt.Sprint(split(t, store, s.name)), "the split flapped")
+	}
+}
+
+// TestHandoffOnClose: two instances share 4 shards; when one closes, the other reads all 4
+// within 2 s (lease expiry would take 10 s), resuming right after the closed one's acks.
+func TestHandoffOnClose(t *testing.T) {
+	s := newStream(t, 4)
+	store := dynamoStore(t)
+	opts := func(owner string) []Option {
+		return []Option{WithLeaseStore(store), WithOwner(owner), WithLeaseTTL(10 * time.Second),
+			WithPollInterval(50 * time.Millisecond), WithStartAt(Horizon())}
+	}
+	subA := subscribeT(t, s, opts("a")...)
+	eventually(t, 5*time.Second, "a holds all 4", func() bool { return fmt.Sprint(split(t, store, s.name)) == "[4]" })
+	subB, err := Subscribe(context.Background(), s.c, s.name, []Option{WithLeaseStore(store), WithOwner("b"),
+		WithLeaseTTL(10 * time.Second), WithPollInterval(50 * time.Millisecond), WithBalanceInterval(300 * time.Millisecond)}...)
+	require.NoError(t, err)
+	defer subB.Close(context.Background())
+	eventually(t, 10*time.Second, "2/2", func() bool { return fmt.Sprint(split(t, store, s.name)) == "[2 2]" })
+	// a learns of b's takeovers on its next renewal (TTL/3).
+	eventually(t, 5*time.Second, "a reads 2 shards", func() bool {
+		n := 0
+		for _, st := range subA.Shards() {
+			if st.State == ShardReading {
+				n++
+			}
+		}
+		return n == 2
+	})
+
+	s.publish(400, 16)
+	var oc orderChecker
+	fromA := 0
+	for _, m := range drainFor(t, subA, 300*time.Millisecond) {
+		oc.see(t, m)
+		require.NoError(t, m.Ack(context.Background()))
+		fromA++
+	}
+	start := time.Now()
+	require.NoError(t, subA.Close(context.Background()))
+	eventually(t, 2*time.Second, "b holds all 4", func() bool { return fmt.Sprint(split(t, store, s.name)) == "[4]" })
+	t.Logf("handoff after Close took %v", time.Since(start))
+	require.Less(t, time.Since(start), 2*time.Second)
+	got := recv(t, subB, 400-fromA, true)
+	for _, m := range got {
+		oc.see(t, m)
+	}
+	quiet(t, subB, 300*time.Millisecond) // nothing A acked is delivered again
+	for k, n := range oc.next {
+		require.Equal(t, 25, n, "key %s", k)
+	}
+}
+
+// drainFor receives whatever arrives within d.
+func drainFor(t *testing.T, sub *Subscriber, d time.Duration) []*Message {
+	t.Helper()
+	var got []*Message
+	deadline := time.After(d)
+	for {
+		select {
+		case m := <-sub.Messages():
+			got = append(got, m)
+		case <-deadline:
+			return got
+		}
+	}
+}
+
+// TestShardsStatus: Shards reports reading, finished and waiting shards.
+func TestShardsStatus(t *testing.T) {
+	s := newStream(t, 2)
+	store := lease.NewMemory()
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	s.publish(4, 2)
+	got := recv(t, sub, 4, false)
+	eventually(t, 3*time.Second, "both shards reading", func() bool {
+		st := sub.Shards()
+		return len(st) == 2 && st[0].State == ShardReading && st[1].State == ShardReading
+	})
+	inflight := 0
+	for _, st := range sub.Shards() {
+		inflight += st.InFlight
+		require.NotEmpty(t, st.LastDelivered)
+		require.Equal(t, sub.cfg.owner, st.Owner)
+	}
+	require.Equal(t, 4, inflight)
+	for _, m := range got {
+		require.NoError(t, m.Ack(context.Background()))
+	}
+	require.NoError(t, sub.Commit(context.Background()))
+	for _, st := range sub.Shards() {
+		require.Zero(t, st.InFlight)
+		require.Equal(t, st.LastDelivered, st.LastCheckpoint)
+	}
+}

@@ -1,0 +1,83 @@
+package kinesub
+
+import (
+	"sort"
+	"time"
+)
+
+// ShardState is what a subscriber knows about one shard of its stream.
+type ShardState string
+
+// Shard states, as Shards reports them.
+const (
+	// ShardReading: this subscriber holds the lease and reads the shard.
+	ShardReading ShardState = "reading"
+	// ShardLeasedElsewhere: another live owner holds the lease.
+	ShardLeasedElsewhere ShardState = "leased-elsewhere"
+	// ShardWaitingForParent: a parent shard has not been read to its end yet.
+	ShardWaitingForParent ShardState = "waiting-for-parent"
+	// ShardFinished: the shard was read to its end (SHARD_END) and its children may start.
+	ShardFinished ShardState = "finished"
+	// ShardUnclaimed: nobody holds the lease; a subscriber takes it on its next round.
+	ShardUnclaimed ShardState = "unclaimed"
+)
+
+// ShardStatus is one shard as this subscriber sees it: what an operator needs when a shard
+// "is not being processed".
+type ShardStatus struct {
+	ShardID    string     `json:"shard_id"`
+	State      ShardState `json:"state"`
+	Parents    []string   `json:"parents,omitempty"`
+	WaitingFor string     `json:"waiting_for,omitempty"` // the parent it waits for
+	Owner      string     `json:"owner,omitempty"`       // the lease holder, when held
+	// The fields below are set while this subscriber reads the shard.
+	LastDelivered      string `json:"last_delivered,omitempty"`    // newest sequence number fetched
+	LastCheckpoint     string `json:"last_checkpoint,omitempty"`   // newest checkpoint written
+	InFlight           int    `json:"in_flight"`                   // delivered, not yet acked
+	MillisBehindLatest int64  `json:"millis_behind_latest"`        // from the last GetRecords
+	Throttled          bool   `json:"throttled"`                   // the last read was throttled
+	Checkpoints        int64  `json:"checkpoint_writes,omitempty"` // writes made by this reader
+}
+
+// Shards reports the state of every shard of the stream as of this subscriber's last rounds
+// (shard listing and lease table), sorted by shard id. It does no I/O and is safe to call from
+// any goroutine, for example a status endpoint.
+func (s *Subscriber) Shards() []ShardStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	out := make([]ShardStatus, 0, len(s.shards))
+	for id, info := range s.shards {
+		st := ShardStatus{ShardID: id, Parents: info.parents}
+		l := s.leases[id]
+		if l.Held(now) {
+			st.Owner = l.Owner
+		}
+		switch w := s.workers[id]; {
+		case w != nil && !w.lost.Load():
+			st.State = ShardReading
+			st.Owner = s.cfg.owner
+			w.mu.Lock()
+			st.LastDelivered = w.lastSeq
+			st.InFlight = w.wm.inFlight()
+			w.mu.Unlock()
+			if p := w.shown.Load(); p != nil {
+				st.LastCheckpoint = *p
+			}
+			st.MillisBehindLatest = w.millisBehind.Load()
+			st.Throttled = w.throttled.Load()
+			st.Checkpoints = w.checkpoints.Load()
+		case s.finished[id]:
+			st.State = ShardFinished
+		case s.waiting[id] != "":
+			st.State, st.WaitingFor = ShardWaitingForParent, s.waiting[id]
+		case st.Owner != "":
+			st.State = ShardLeasedElsewhere
+		default:
+			st.State = ShardUnclaimed
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ShardID < out[j].ShardID })
+	return out
+}
