@@ -1,2 +1,88 @@
 // Package kinesub consumes Amazon Kinesis Data Streams.
+//
+// A Subscriber discovers a stream's shards (splits and merges included), shares them with the
+// other subscribers of the same stream through leases (package lease: in memory for one
+// process, a DynamoDB table for several), reads every shard it holds, and delivers the records
+// on one channel:
+//
+//	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), "orders",
+//		kinesub.WithLeaseStore(lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), "orders-leases")))
+//	if err != nil { … }
+//	defer sub.Close(context.Background())
+//	for msg := range sub.Messages() {
+//		handle(msg)
+//		msg.Ack(ctx)
+//	}
+//
+// # Lifecycle
+//
+// Subscribe validates its options before any I/O, checks that the stream exists (or creates it
+// with WithCreateIfMissing) and that the lease store answers, then starts a coordinator. The
+// coordinator lists the shards every shard-sync interval, reads the lease table at least every
+// second, and takes the leases of readable shards up to its fair share. Each shard it holds
+// gets a reader, which polls GetRecords (at once after a non-empty batch, after the poll
+// interval when idle, within the service's 5 calls and 2 MB per second per shard), and a
+// keeper, which renews the lease every TTL/3 and writes the checkpoint every checkpoint
+// interval, whatever the consumer does.
+//
+// Close stops the readers, lets the messages already handed out settle until its context
+// ends, writes every checkpoint, releases every lease (so a peer takes the shards within about
+// a second), and closes Messages, so that ranging over Messages always ends. Cancelling
+// Subscribe's context does the same with a two-second drain. A fatal error (the stream was
+// deleted) ends the subscription too; Err then says why. Everything else — a failed read, a
+// throttle, an expired iterator, a lease store error, a lost lease — is retried or confined to
+// its shard, and reported on Errors.
+//
+// # At-least-once delivery and the watermark
+//
+// Ack marks a message handled. Each shard keeps a watermark: the checkpoint advances over the
+// contiguous prefix of handled messages, in delivery order, whatever order the acks come in.
+// An unacknowledged message holds the checkpoint back, so after a restart, a crash or a
+// handoff the shard is read again from the first message not handled: no record is skipped
+// before it is acknowledged, and some may be delivered twice. Ack itself never waits on the
+// lease store (unless WithCheckpointInterval(0)); Commit forces the write.
+//
+// Nack(requeue=false) skips a message (it counts as handled); Nack(requeue=true) leaves it
+// unhandled, to be delivered again when the shard's lease is next taken. WithMaxInFlight caps
+// the unsettled messages per shard: a reader at the cap waits for acks, so memory stays
+// bounded whatever the consumer does.
+//
+// # Ordering and resharding
+//
+// Messages of one shard arrive in sequence order; shards interleave. Since a partition key
+// maps to one shard at a time, messages of one key arrive in publish order, also across splits
+// and merges: a child shard is read only once all its parents (ParentShardId and
+// AdjacentParentShardId) were read to their ends and their last messages handled. Their
+// checkpoint then becomes SHARD_END, which lets the children start.
+//
+// # Several instances
+//
+// Subscribers that share a lease table share the stream's shards. Each one takes free and
+// expired leases up to its fair share (shards ÷ live owners, an owner being live while it
+// holds an unexpired lease), hands back cleanly what it holds beyond that share, and steals
+// one lease a balance round from the most loaded owner while it holds fewer. A subscriber whose
+// lease was taken over learns it on its next renewal and stops reading that shard only.
+// Shards reports what this instance sees of each shard.
+//
+// # Positions and seeking
+//
+// By default each shard resumes after its checkpoint, and a shard never read before opens at
+// the tip. WithStartAt opens every shard at a stream-wide Position instead (Horizon, Latest,
+// AtTimestamp), ahead of stored checkpoints. A running subscription is repositioned with
+// Seeker.Seek, for example from an admin endpoint (see SeekHandler): a stream-wide position
+// moves every shard and applies to shards opened later; AtSequence moves one shard. Once Seek
+// returns, nothing fetched before it is delivered from the moved shards, and acks of earlier
+// messages no longer move their checkpoints.
+//
+// # Records and headers
+//
+// Records published with headers (Publisher) carry them in an envelope compatible with the
+// ruststream-kinesis crate: "RSK1", a big-endian u32 length, lines "name: value\n", then the
+// payload. Message.Data returns the payload and Message.Headers the headers; a record without
+// a valid envelope is delivered as it is. KPL-aggregated records are not delivered: each one is
+// reported on Errors (ErrAggregatedRecord) and counts as handled.
+//
+// # Concurrency
+//
+// Subscriber, Seeker, Publisher and Message are safe for concurrent use.
 package kinesub

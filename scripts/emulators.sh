@@ -60,8 +60,7 @@ up() {
   port_free "$dport" || die "port $dport is taken (set KINESUB_DYNAMODB_PORT)"
   (cd "$testenv" && exec node kinesalite.js "$kport") >"$run/kinesalite.log" 2>&1 &
   echo $! >"$run/kinesalite.pid"
-  (cd "$testenv" && exec node node_modules/dynalite/cli.js --host 127.0.0.1 --port "$dport" \
-    --createTableMs 0 --deleteTableMs 0 --updateTableMs 0) >"$run/dynalite.log" 2>&1 &
+  (cd "$testenv" && exec node dynalite.js "$dport") >"$run/dynalite.log" 2>&1 &
   echo $! >"$run/dynalite.pid"
   wait_ready kinesalite "http://127.0.0.1:$kport/" "$run/kinesalite.pid" "$run/kinesalite.log"
   wait_ready dynalite "http://127.0.0.1:$dport/" "$run/dynalite.pid" "$run/dynalite.log"

@@ -1,6 +1,7 @@
 // Starts kinesalite bound to loopback only: its own CLI listens on every interface.
 // Usage: node kinesalite.js <port>
 'use strict'
+const guard = require('./guard')
 const port = Number(process.argv[2] || 4567)
 const server = require('kinesalite')({
   createStreamMs: 0,
@@ -11,5 +12,4 @@ const server = require('kinesalite')({
   const a = server.address()
   console.log('kinesalite listening at http://%s:%s', a.address, a.port)
 })
-process.on('SIGTERM', () => process.exit(0))
-process.on('SIGINT', () => process.exit(0))
+guard('kinesalite')

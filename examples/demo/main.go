@@ -1,6 +1,8 @@
-// Command demo walks through a shard lease against the local Kinesis and DynamoDB servers:
-// it creates a two-shard stream and a lease table, takes the lease on the first shard,
-// publishes a record, checkpoints it, reads the lease back and releases it.
+// Command demo walks through kinesub end to end against the local Kinesis and DynamoDB
+// servers: it creates a two-shard stream and a lease table, publishes records with headers,
+// consumes and acknowledges part of them, closes (checkpoints written, leases released),
+// resumes with a second subscriber exactly after the last acknowledged record, and finally
+// seeks back to the oldest record and shows the replay.
 //
 // Run it with `make demo`, which starts the servers and points the AWS SDK at them through
 // AWS_ENDPOINT_URL_KINESIS and AWS_ENDPOINT_URL_DYNAMODB. It refuses to run against any
@@ -9,27 +11,28 @@ package main
 
 import (
 	"context"
-	"errors"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
+	"github.com/gostream/kinesub"
 	"github.com/gostream/kinesub/lease"
 )
 
 const (
-	stream      = "kinesub-demo"
-	table       = "kinesub-demo-leases"
-	leaseTTL    = 10 * time.Second
-	callTimeout = 30 * time.Second
+	records  = 20
+	acked    = 12 // the first subscriber acknowledges this many, then closes
+	deadline = 60 * time.Second
 )
 
 func main() {
@@ -45,164 +48,173 @@ func run() error {
 			return fmt.Errorf("%s: %v; run the demo with `make demo`, which starts local servers and sets it", v, err)
 		}
 	}
-	var cfg aws.Config
-	if err := call("load AWS config", func(ctx context.Context) (err error) {
-		cfg, err = config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
-		return err
-	}); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
+	if err != nil {
 		return err
 	}
 	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
 		cfg.Credentials = aws.AnonymousCredentials{} // the local servers accept any request
 	}
 	kc, dc := kinesis.NewFromConfig(cfg), dynamodb.NewFromConfig(cfg)
+	suffix := randomSuffix()
+	stream, table := "kinesub-demo-"+suffix, "kinesub-demo-leases-"+suffix
 
-	err := call("create stream", func(ctx context.Context) error {
-		_, err := kc.CreateStream(ctx, &kinesis.CreateStreamInput{
-			StreamName: aws.String(stream), ShardCount: aws.Int32(2),
-			StreamModeDetails: &types.StreamModeDetails{StreamMode: types.StreamModeProvisioned},
-		})
-		var inUse *types.ResourceInUseException
-		if errors.As(err, &inUse) { // left from an earlier run
-			return nil
-		}
+	leases := lease.NewDynamoDB(dc, table)
+	if err := leases.EnsureTable(ctx); err != nil {
 		return err
-	})
+	}
+	fmt.Printf("lease table %s ready\n", table)
+	opts := []kinesub.Option{
+		kinesub.WithLeaseStore(leases),
+		kinesub.WithCreateIfMissing(2),
+		kinesub.WithPollInterval(100 * time.Millisecond),
+		kinesub.WithShardSyncInterval(time.Second),
+		kinesub.WithLeaseTTL(3 * time.Second),
+	}
+
+	// 1. Subscribe from the oldest record, then publish.
+	sub, err := kinesub.Subscribe(ctx, kc, stream, append(opts, kinesub.WithOwner("demo-a"), kinesub.WithStartAt(kinesub.Horizon()))...)
 	if err != nil {
 		return err
 	}
-	err = call("wait for stream", func(ctx context.Context) error {
-		w := kinesis.NewStreamExistsWaiter(kc, func(o *kinesis.StreamExistsWaiterOptions) {
-			o.MinDelay, o.MaxDelay = 50*time.Millisecond, time.Second
-		})
-		return w.Wait(ctx, &kinesis.DescribeStreamInput{StreamName: aws.String(stream)}, callTimeout)
-	})
+	fmt.Printf("stream %s created with 2 shards; subscriber demo-a reading from the horizon\n", stream)
+	pub, err := kinesub.NewPublisher(kc, stream)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("stream %s is active\n", stream)
-
-	var shards []types.Shard
-	if err := call("list shards", func(ctx context.Context) error {
-		out, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
-		if err == nil {
-			shards = out.Shards
+	batch := make([]kinesub.Record, records)
+	for i := range batch {
+		batch[i] = kinesub.Record{
+			PartitionKey: []string{"alice", "bob", "carol", "dave"}[i%4],
+			Data:         fmt.Appendf(nil, "order %02d", i),
+			Headers:      map[string]string{"trace-id": fmt.Sprintf("t-%02d", i), "kind": "order"},
 		}
+	}
+	if err := pub.PublishBatch(ctx, batch); err != nil {
 		return err
-	}); err != nil {
-		return err
 	}
-	if len(shards) == 0 {
-		return fmt.Errorf("stream %s has no shards", stream)
-	}
-	for _, s := range shards {
-		fmt.Printf("  shard %s, hash keys %s..%s\n", aws.ToString(s.ShardId),
-			aws.ToString(s.HashKeyRange.StartingHashKey), aws.ToString(s.HashKeyRange.EndingHashKey))
-	}
-	shard := shards[0]
+	fmt.Printf("published %d records with headers over 4 partition keys (customers)\n", records)
 
-	store := lease.NewDynamoDB(dc, table)
-	if err := call("ensure lease table", store.EnsureTable); err != nil {
-		return err
-	}
-	fmt.Printf("lease table %s is active\n", table)
-
-	key := stream + "/" + aws.ToString(shard.ShardId)
-	host, _ := os.Hostname()
-	owner := fmt.Sprintf("demo-%s-%d", host, os.Getpid())
-	var ok bool
-	if err := call("acquire lease", func(ctx context.Context) (err error) {
-		ok, err = store.Acquire(ctx, key, owner, leaseTTL)
-		return err
-	}); err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("lease %s is held by another owner; it lapses within %v", key, leaseTTL)
-	}
-	fmt.Printf("acquired lease %s as %s for %v\n", key, owner, leaseTTL)
-
-	var seq string
-	if err := call("put record", func(ctx context.Context) error {
-		out, err := kc.PutRecord(ctx, &kinesis.PutRecordInput{
-			StreamName:   aws.String(stream),
-			PartitionKey: aws.String("demo"),
-			// Route the record to the leased shard, whatever its partition key hashes to.
-			ExplicitHashKey: shard.HashKeyRange.StartingHashKey,
-			Data:            []byte("hello from kinesub"),
-		})
-		if err == nil {
-			seq = aws.ToString(out.SequenceNumber)
-			fmt.Printf("put a record on %s: sequence %s\n", aws.ToString(out.ShardId), seq)
-		}
-		return err
-	}); err != nil {
-		return err
-	}
-
-	if err := call("checkpoint", func(ctx context.Context) (err error) {
-		ok, err = store.Checkpoint(ctx, key, owner, seq)
-		return err
-	}); err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("checkpoint of %s refused: the lease was taken over", key)
-	}
-	fmt.Printf("checkpointed %s at %s\n", key, seq)
-
-	if err := printLease("read lease", store, key); err != nil {
-		return err
-	}
-	if err := call("release lease", func(ctx context.Context) error {
-		return store.Release(ctx, key, owner)
-	}); err != nil {
-		return err
-	}
-	fmt.Printf("released lease %s\n", key)
-	return printLease("read lease after release", store, key)
-}
-
-func printLease(step string, store lease.Store, key string) error {
-	return call(step, func(ctx context.Context) error {
-		l, err := store.Read(ctx, key)
+	// 2. Consume and acknowledge some of them.
+	fmt.Printf("demo-a consumes %d records and acknowledges them:\n", acked)
+	var last = map[string]string{}
+	for i := 0; i < acked; i++ {
+		m, err := next(ctx, sub)
 		if err != nil {
 			return err
 		}
-		owner, expiry := l.Owner, "-"
-		if owner == "" {
-			owner = "(none)"
+		fmt.Printf("  %s  %-10s %s  headers=%v\n", m.ShardID(), m.PartitionKey(), m.Data(), m.Headers())
+		if err := m.Ack(ctx); err != nil {
+			return err
 		}
-		if !l.Expiry.IsZero() {
-			expiry = l.Expiry.Format(time.RFC3339Nano)
+		last[m.ShardID()] = m.SequenceNumber()
+	}
+	// 3. Close: the watermark of each shard is written, the leases are released.
+	if err := sub.Close(ctx); err != nil {
+		return err
+	}
+	fmt.Println("demo-a closed; the lease table now holds:")
+	if err := printLeases(ctx, leases, stream); err != nil {
+		return err
+	}
+
+	// 4. A second subscriber resumes after the checkpoints.
+	sub2, err := kinesub.Subscribe(ctx, kc, stream, append(opts, kinesub.WithOwner("demo-b"))...)
+	if err != nil {
+		return err
+	}
+	defer sub2.Close(context.Background())
+	fmt.Printf("demo-b resumes after the checkpoints and gets the other %d:\n", records-acked)
+	for i := 0; i < records-acked; i++ {
+		m, err := next(ctx, sub2)
+		if err != nil {
+			return err
 		}
-		fmt.Printf("%s: owner %s, expiry %s, counter %d, checkpoint %s\n", step, owner, expiry, l.Counter, l.Checkpoint)
-		return nil
-	})
+		fmt.Printf("  %s  %-10s %s\n", m.ShardID(), m.PartitionKey(), m.Data())
+		if err := m.Ack(ctx); err != nil {
+			return err
+		}
+	}
+
+	// 5. Seek the running subscription back to the horizon: everything is delivered again.
+	if err := sub2.Seeker().Seek(ctx, kinesub.Horizon()); err != nil {
+		return err
+	}
+	fmt.Println("demo-b sought back to the horizon; the replay:")
+	perShard := map[string]int{}
+	for i := 0; i < records; i++ {
+		m, err := next(ctx, sub2)
+		if err != nil {
+			return err
+		}
+		perShard[m.ShardID()]++
+		if err := m.Ack(ctx); err != nil {
+			return err
+		}
+	}
+	shards := make([]string, 0, len(perShard))
+	for s := range perShard {
+		shards = append(shards, s)
+	}
+	sort.Strings(shards)
+	for _, s := range shards {
+		fmt.Printf("  %s: %d records replayed\n", s, perShard[s])
+	}
+	if err := sub2.Close(ctx); err != nil {
+		return err
+	}
+	fmt.Println("demo-b closed. Done: produce, consume, ack, resume and seek all worked.")
+	return nil
 }
 
-// call runs one step with its own deadline, so a server that stops answering ends the demo.
-func call(step string, f func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
-	if err := f(ctx); err != nil {
-		return fmt.Errorf("%s: %w", step, err)
+// next waits for one message.
+func next(ctx context.Context, sub *kinesub.Subscriber) (*kinesub.Message, error) {
+	select {
+	case m, ok := <-sub.Messages():
+		if !ok {
+			return nil, fmt.Errorf("subscription ended: %v", sub.Err())
+		}
+		return m, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a record: %w", ctx.Err())
+	}
+}
+
+func printLeases(ctx context.Context, store lease.Store, stream string) error {
+	ls, err := store.List(ctx)
+	if err != nil {
+		return err
+	}
+	for _, l := range ls {
+		owner := l.Owner
+		if owner == "" {
+			owner = "(released)"
+		}
+		fmt.Printf("  %s  owner=%s  checkpoint=%s\n", l.Key, owner, l.Checkpoint)
 	}
 	return nil
 }
 
+func randomSuffix() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 func checkLoopback(raw string) error {
 	if raw == "" {
-		return errors.New("not set")
+		return fmt.Errorf("not set")
 	}
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
-		return fmt.Errorf("%q is not an http(s) URL", raw)
+	if err != nil {
+		return err
 	}
-	if h := u.Hostname(); h == "localhost" {
-		return nil
-	} else if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("%q is not on loopback, and the demo only runs against local servers", raw)
+	if h := u.Hostname(); h != "localhost" {
+		if ip := net.ParseIP(h); ip == nil || !ip.IsLoopback() {
+			return fmt.Errorf("%q is not on loopback", raw)
+		}
 	}
 	return nil
 }
