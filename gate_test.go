@@ -1,0 +1,81 @@
+package kinesub
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// newGateHarness builds just the publisher side of a Subscriber: deliveries pushed into s.in
+// come out of Messages unless their stamp is stale.
+func newGateHarness(t *testing.T) *Subscriber {
+	s := &Subscriber{
+		in:      make(chan *Message, 16),
+		out:     make(chan *Message),
+		fence:   make(chan chan struct{}),
+		pubStop: make(chan struct{}),
+	}
+	s.keepers.Add(1)
+	go s.publish()
+	t.Cleanup(func() {
+		close(s.pubStop)
+		s.keepers.Wait()
+	})
+	return s
+}
+
+func TestGateDropsStaleStamps(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		stamp    uint64
+		gate     uint64 // the shard's generation when the delivery is published
+		delivers bool
+	}{
+		{"current generation", 0, 0, true},
+		{"sought after fetch", 0, 1, false},
+		{"lost lease after fetch", 3, 4, false},
+		{"fetched after seek", 4, 4, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newGateHarness(t)
+			w := &worker{id: "shard-1"}
+			w.gate.Store(tc.gate)
+			s.in <- &Message{shard: w, gen: tc.stamp, data: []byte(tc.name)}
+			select {
+			case m := <-s.out:
+				if !tc.delivers {
+					t.Fatalf("stale delivery %q reached the consumer", m.data)
+				}
+			case <-time.After(100 * time.Millisecond):
+				if tc.delivers {
+					t.Fatal("current delivery was dropped")
+				}
+			}
+		})
+	}
+}
+
+// TestFenceRetractsHeldDelivery: the publisher may already hold a delivery, waiting for the
+// consumer, when a seek bumps the gate; the fence makes it re-check and drop it.
+func TestFenceRetractsHeldDelivery(t *testing.T) {
+	s := newGateHarness(t)
+	w := &worker{id: "shard-1"}
+	s.in <- &Message{shard: w, gen: 0, data: []byte("pre-seek")}
+	time.Sleep(20 * time.Millisecond) // the publisher now holds it
+	w.gate.Add(1)
+	if err := s.fencePublisher(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s.in <- &Message{shard: w, gen: 1, data: []byte("post-seek")}
+	select {
+	case m := <-s.out:
+		if string(m.data) != "post-seek" {
+			t.Fatalf("got %q after the fence", m.data)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("nothing delivered after the fence")
+	}
+	if n := s.outstanding.Load(); n != 1 {
+		t.Fatalf("outstanding = %d, want 1 (the retracted delivery is not counted)", n)
+	}
+}
