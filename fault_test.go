@@ -387,3 +387,52 @@ func TestThrottledGetRecords(t *testing.T) {
 	require.Equal(t, s.name, se.Stream)
 	require.Contains(t, s.shardIDs(), se.Shard)
 }
+
+// hangingCheckpoints is a lease store whose checkpoint writes hang until their deadline while
+// hang is set, as a throttled or overloaded table's can; its other calls answer at once.
+type hangingCheckpoints struct {
+	lease.Store
+	hang atomic.Bool
+}
+
+func (h *hangingCheckpoints) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+	if h.hang.Load() {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	return h.Store.Checkpoint(ctx, key, owner, seq)
+}
+
+// TestLostLeaseNotFromSlowCheckpoints: checkpoint writes that hang for longer than the lease
+// TTL do not delay renewal, so the lease stays held and no other subscriber can take the shard
+// while this one still reads it; checkpoints catch up once the store answers again.
+func TestLostLeaseNotFromSlowCheckpoints(t *testing.T) {
+	s := newStream(t, 1)
+	store := &hangingCheckpoints{Store: lease.NewMemory()}
+	const ttl = 900 * time.Millisecond
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithOwner("a"),
+		WithLeaseTTL(ttl), WithRequestTimeout(3*time.Second))...)
+	errs := collectErrors(sub)
+	s.publish(10, 1)
+	got := recv(t, sub, 10, true)
+	shard := got[0].ShardID()
+	eventually(t, time.Second, "first checkpoint", func() bool {
+		return readLease(t, store, s.name, shard).Checkpoint == got[9].SequenceNumber()
+	})
+
+	store.hang.Store(true)
+	s.publish(1, 1)
+	m := recv(t, sub, 1, true)[0] // its checkpoint write hangs
+	for range 4 {
+		time.Sleep(ttl / 2)
+		l := readLease(t, store, s.name, shard)
+		require.Equal(t, "a", l.Owner)
+		require.True(t, l.Held(time.Now()), "lease expired while its checkpoint write hung")
+	}
+	require.Zero(t, errs.count(func(err error) bool { return errors.Is(err, ErrLeaseLost) }))
+
+	store.hang.Store(false)
+	eventually(t, 5*time.Second, "checkpoint after the store recovers", func() bool {
+		return readLease(t, store, s.name, shard).Checkpoint == m.SequenceNumber()
+	})
+}
