@@ -58,9 +58,9 @@ up() {
   fi
   port_free "$kport" || die "port $kport is taken (set KINESUB_KINESIS_PORT)"
   port_free "$dport" || die "port $dport is taken (set KINESUB_DYNAMODB_PORT)"
-  (cd "$testenv" && exec node kinesalite.js "$kport") >"$run/kinesalite.log" 2>&1 &
+  (cd "$testenv" && exec node --require ./abort-guard.js kinesalite.js "$kport") >"$run/kinesalite.log" 2>&1 &
   echo $! >"$run/kinesalite.pid"
-  (cd "$testenv" && exec node node_modules/dynalite/cli.js --host 127.0.0.1 --port "$dport" \
+  (cd "$testenv" && exec node --require ./abort-guard.js node_modules/dynalite/cli.js --host 127.0.0.1 --port "$dport" \
     --createTableMs 0 --deleteTableMs 0 --updateTableMs 0) >"$run/dynalite.log" 2>&1 &
   echo $! >"$run/dynalite.pid"
   wait_ready kinesalite "http://127.0.0.1:$kport/" "$run/kinesalite.pid" "$run/kinesalite.log"
