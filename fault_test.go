@@ -388,6 +388,82 @@ func TestThrottledGetRecords(t *testing.T) {
 	require.Contains(t, s.shardIDs(), se.Shard)
 }
 
+// TestLostLeaseViaStoreThrottling throttles every lease write for more than twice the lease TTL:
+// the subscriber reports the throttles, gives up its leases when it cannot renew them, takes
+// them back once the table answers again, and delivers every record, some more than once.
+func TestLostLeaseViaStoreThrottling(t *testing.T) {
+	done := goroutines(t)
+	s := newStream(t, 2)
+	dp := newFaultProxy(t, testenv.DynamoDBEndpointVar, faultproxy.Plan{
+		Seed:   4,
+		Rate:   0,
+		Ops:    []string{targetUpdateItem},
+		Faults: []faultproxy.Fault{{Kind: faultproxy.Throttle, Weight: 1}},
+	})
+	store := leaseTable(t, dynamoThrough(t, dp))
+	const ttl = 900 * time.Millisecond
+	sub, err := Subscribe(context.Background(), s.c, s.name,
+		testOpts(store, WithStartAt(Horizon()), WithOwner("a"), WithLeaseTTL(ttl))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close(context.Background()) })
+	errs := collectErrors(sub)
+
+	var oc ledger
+	s.publish(1000, 8)
+	got := consume(t, sub, &oc, s.expected(), 20*time.Second)
+	require.NoError(t, sub.Commit(context.Background()))
+
+	// The table throttles every write: no renewal, no checkpoint. Records keep coming.
+	dp.SetRate(1)
+	outage := time.Now()
+	s.publish(1000, 8)
+	want := s.expected()
+	for time.Since(outage) < 2*ttl+200*time.Millisecond {
+		select {
+		case m := <-sub.Messages():
+			got++
+			oc.see(t, m)
+			require.NoError(t, m.Ack(context.Background()))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// Each lease is given up while the table is unreachable, before it can expire there.
+	eventually(t, time.Second, "both leases given up", func() bool {
+		return errs.count(func(err error) bool { return errors.Is(err, ErrLeaseLost) }) >= 2
+	})
+	dp.SetRate(0)
+	t.Logf("outage of %v over", time.Since(outage))
+
+	got += consume(t, sub, &oc, want, 20*time.Second)
+	for _, id := range s.shardIDs() {
+		// The SDK's retryer may sleep through the end of the outage: allow a request timeout.
+		eventually(t, 8*time.Second, "lease of "+id+" taken back", func() bool {
+			l := readLease(t, store, s.name, id)
+			return l.Owner == "a" && l.Held(time.Now())
+		})
+	}
+	got += drain(t, sub, &oc, 500*time.Millisecond)
+	t.Logf("2000 records, %d deliveries, %d duplicates", got, got-2000)
+	require.Positive(t, errs.count(func(err error) bool {
+		var se *ShardError
+		return errors.As(err, &se) && se.Op == "Renew"
+	}), "failed renewals reported")
+	require.Positive(t, dp.Stats()["Throttle/"+targetUpdateItem])
+
+	// Checkpoints resume once the table answers: the last record of each shard is recorded.
+	require.NoError(t, sub.Commit(context.Background()))
+	require.Len(t, oc.last, 2)
+	for id, seq := range oc.last {
+		require.Equal(t, seq.String(), readLease(t, store, s.name, id).Checkpoint, "checkpoint of %s", id)
+	}
+	quiet(t, sub, 300*time.Millisecond)
+	require.NoError(t, sub.Close(context.Background()))
+	<-errs.done
+	t.Logf("errors reported: %v; dynamodb: %v", errs.summary(), dp.Stats())
+	require.NoError(t, dp.Close())
+	done()
+}
+
 // hangingCheckpoints is a lease store whose checkpoint writes hang until their deadline while
 // hang is set, as a throttled or overloaded table's can; its other calls answer at once.
 type hangingCheckpoints struct {
