@@ -1014,19 +1014,24 @@ func newWorker(s *Subscriber, id string, acquired time.Time) *worker {
 }
 
 // keep renews the lease every TTL/3 and flushes the checkpoint every checkpoint interval, on
-// its own schedule: a consumer that stops reading does not stop either.
+// its own schedule: a consumer that stops reading does not stop either. Flushes run on a
+// goroutine of their own, so that a checkpoint write stuck for up to the request timeout never
+// delays a renewal past the TTL.
 func (w *worker) keep() {
 	s := w.sub
 	defer s.keepers.Done()
 	defer close(w.keeperDone)
+	var flusher sync.WaitGroup
+	defer flusher.Wait()
+	if s.cfg.checkpointInterval > 0 {
+		flusher.Add(1)
+		go func() {
+			defer flusher.Done()
+			w.flushEvery(s.cfg.checkpointInterval)
+		}()
+	}
 	renew := time.NewTicker(s.cfg.leaseTTL / 3)
 	defer renew.Stop()
-	var flushC <-chan time.Time
-	if s.cfg.checkpointInterval > 0 {
-		t := time.NewTicker(s.cfg.checkpointInterval)
-		defer t.Stop()
-		flushC = t.C
-	}
 	for {
 		select {
 		case <-w.keeperStop:
@@ -1035,7 +1040,20 @@ func (w *worker) keep() {
 			if !w.renew() {
 				return
 			}
-		case <-flushC:
+		}
+	}
+}
+
+// flushEvery writes the checkpoint every d until the keeper stops or the lease is lost.
+func (w *worker) flushEvery(d time.Duration) {
+	s := w.sub
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.keeperStop:
+			return
+		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout)
 			if err := w.flush(ctx); err != nil {
 				s.report(err)
@@ -1213,6 +1231,9 @@ func (w *worker) run() {
 		w.releaseFinished()
 		s.forget(w, true)
 	case w.lost.Load():
+		// A checkpoint write still in flight must end before the shard can be taken again:
+		// landing after a new reader's writes, it would move the checkpoint back.
+		<-w.keeperDone
 		s.forget(w, false)
 	}
 }

@@ -1,0 +1,163 @@
+package kinesub
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// countingStore counts the checkpoint writes that reach a lease store.
+type countingStore struct {
+	lease.Store
+	checkpoints atomic.Int64
+}
+
+func (c *countingStore) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+	c.checkpoints.Add(1)
+	return c.Store.Checkpoint(ctx, key, owner, seq)
+}
+
+// TestCoalescedCheckpoints acks 10,000 records of one shard in order: within one checkpoint
+// interval the acks cost at most a couple of store writes, and Close writes the last one;
+// with interval 0 every ack that advances the watermark is a write of its own.
+func TestCoalescedCheckpoints(t *testing.T) {
+	const n = 10_000
+	s := newStream(t, 1)
+	s.publish(n, 1)
+
+	t.Run("interval", func(t *testing.T) {
+		store := &countingStore{Store: lease.NewMemory()}
+		const interval = 2 * time.Second
+		sub, err := Subscribe(context.Background(), s.c, s.name, testOpts(store,
+			WithStartAt(Horizon()), WithBatchSize(maxBatchSize), WithCheckpointInterval(interval))...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close(context.Background()) })
+		start := time.Now()
+		got := recv(t, sub, n, true)
+		elapsed := time.Since(start)
+		acked := store.checkpoints.Load()
+		last := got[n-1]
+		require.Equal(t, "key-0/9999", string(last.Data()))
+		// The flusher writes the newest watermark on its next tick, once.
+		eventually(t, 2*interval+time.Second, "checkpoint of the last ack", func() bool {
+			return readLease(t, store, s.name, last.ShardID()).Checkpoint == last.SequenceNumber()
+		})
+		before := store.checkpoints.Load()
+		require.NoError(t, sub.Close(context.Background()))
+		after := store.checkpoints.Load()
+		t.Logf("%d acks in %v: %d checkpoint writes by then, %d after the next tick, %d on Close",
+			n, elapsed, acked, before, after-before)
+		require.LessOrEqual(t, before, int64(2), "acks within one interval are coalesced")
+		require.LessOrEqual(t, after-before, int64(1), "Close writes the last checkpoint at most once")
+		require.Equal(t, last.SequenceNumber(), readLease(t, store, s.name, last.ShardID()).Checkpoint)
+	})
+
+	t.Run("every advance", func(t *testing.T) {
+		store := &countingStore{Store: lease.NewMemory()}
+		sub, err := Subscribe(context.Background(), s.c, s.name, testOpts(store,
+			WithStartAt(Horizon()), WithBatchSize(maxBatchSize), WithCheckpointInterval(0))...)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close(context.Background()) })
+		got := recv(t, sub, n, true)
+		before := store.checkpoints.Load()
+		require.NoError(t, sub.Close(context.Background()))
+		after := store.checkpoints.Load()
+		t.Logf("%d acks: %d checkpoint writes before Close, %d on Close", n, before, after-before)
+		// Each in-order ack advances the watermark by one record, and each advance is written
+		// before Ack returns.
+		require.GreaterOrEqual(t, before, int64(1000))
+		require.EqualValues(t, n, before, "one write per advance")
+		require.Zero(t, after-before, "nothing left to write on Close")
+		last := got[n-1]
+		require.Equal(t, last.SequenceNumber(), readLease(t, store, s.name, last.ShardID()).Checkpoint)
+	})
+}
+
+// TestCoalesceCommitFlushes: with a checkpoint interval far away, Commit writes the acked
+// watermark at once, a second Commit with nothing new writes nothing, and Close does not write
+// a checkpoint already in the store.
+func TestCoalesceCommitFlushes(t *testing.T) {
+	s := newStream(t, 1)
+	s.publish(100, 1)
+	store := &countingStore{Store: lease.NewMemory()}
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithCheckpointInterval(time.Hour))...)
+	got := recv(t, sub, 100, false)
+	ctx := context.Background()
+	shard := got[0].ShardID()
+	for _, m := range got[:60] {
+		require.NoError(t, m.Ack(ctx))
+	}
+	require.Empty(t, readLease(t, store, s.name, shard).Checkpoint, "acks alone wait for the interval")
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[59].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+	require.EqualValues(t, 1, store.checkpoints.Load())
+
+	require.NoError(t, sub.Commit(ctx))
+	require.EqualValues(t, 1, store.checkpoints.Load(), "nothing new to write")
+
+	for _, m := range got[60:] {
+		require.NoError(t, m.Ack(ctx))
+	}
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[99].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+	require.EqualValues(t, 2, store.checkpoints.Load())
+
+	require.NoError(t, sub.Close(ctx))
+	require.EqualValues(t, 2, store.checkpoints.Load(), "Close has nothing left to write")
+	l := readLease(t, store, s.name, shard)
+	require.Equal(t, got[99].SequenceNumber(), l.Checkpoint)
+	require.Empty(t, l.Owner)
+}
+
+// TestBoundedInFlight: a consumer that acks nothing, against a 20,000-record backlog on one
+// shard, receives no more than the in-flight cap plus one batch; the shard's lease is kept
+// meanwhile, and acks free room so that reading resumes and the backlog is read to its end.
+func TestBoundedInFlight(t *testing.T) {
+	const backlog, limit, batch = 20_000, 1000, 1000
+	s := newStream(t, 1)
+	s.publish(backlog, 16)
+	store := lease.NewMemory()
+	const ttl = 900 * time.Millisecond
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithOwner("slow"),
+		WithMaxInFlight(limit), WithBatchSize(batch), WithLeaseTTL(ttl))...)
+
+	// Take everything offered without acking, until nothing more comes.
+	var held []*Message
+	var l ledger
+	start := time.Now()
+	for done := false; !done; {
+		select {
+		case m := <-sub.Messages():
+			l.see(t, m)
+			held = append(held, m)
+		case <-time.After(500 * time.Millisecond):
+			done = true
+		}
+	}
+	t.Logf("%d deliveries held without acks", len(held))
+	require.GreaterOrEqual(t, len(held), limit, "reading goes on up to the cap")
+	require.LessOrEqual(t, len(held), limit+batch, "reading stops at the cap")
+
+	// Held for well over a TTL, the lease stays ours and nothing more is fetched.
+	time.Sleep(2*ttl - time.Since(start))
+	quiet(t, sub, 200*time.Millisecond)
+	shard := held[0].ShardID()
+	lh := readLease(t, store, s.name, shard)
+	require.Equal(t, "slow", lh.Owner)
+	require.True(t, lh.Held(time.Now()), "lease kept while the consumer holds the cap")
+
+	// Acks free room: reading resumes, and the rest of the backlog arrives, in order.
+	for _, m := range held {
+		require.NoError(t, m.Ack(context.Background()))
+	}
+	want := s.expected()
+	got := len(held) + consume(t, sub, &l, want, 30*time.Second)
+	require.Equal(t, backlog, got, "nothing delivered twice")
+	require.NoError(t, sub.Commit(context.Background()))
+	require.Equal(t, l.last[shard].String(), readLease(t, store, s.name, shard).Checkpoint)
+}
