@@ -94,7 +94,12 @@ func subscribeT(t *testing.T, s *stream, opts ...Option) *Subscriber {
 	t.Helper()
 	sub, err := Subscribe(context.Background(), s.c, s.name, opts...)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Close(context.Background()) })
+	t.Cleanup(func() {
+		// Tests may leave messages unacked on purpose: do not wait the default drain for them.
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_ = sub.Close(ctx)
+	})
 	return sub
 }
 
