@@ -111,6 +111,22 @@ func TestVerifyAcceptsRedeliveryAfterKill(t *testing.T) {
 	assert.Zero(t, rep.MaxOverlap)
 }
 
+// A reader whose lease was taken over may go on delivering until its next renewal or
+// checkpoint tells it, even records the new owner delivered first.
+func TestVerifyAcceptsStaleReaderAfterSteal(t *testing.T) {
+	sc := baseScenario()
+	sc.a.killed = time.Time{}
+	sc.a.deliver(2050, shard0, "13", 3).event(2100, "lease lost", map[string]string{"shard_id": shard0})
+	sc.b.event(2000, "lease taken over for balance", map[string]string{"shard_id": shard0, "from": "a"})
+	sc.kills = nil
+	rep := sc.verify(t)
+	assert.Empty(t, rep.Violations)
+	assert.Equal(t, 3, rep.Duplicated)
+	assert.Equal(t, 3, rep.DupAfterLoss)
+	assert.Equal(t, 1, rep.Steals)
+	assert.Equal(t, 20*time.Millisecond, rep.MaxOverlap)
+}
+
 func TestVerifyFindsViolations(t *testing.T) {
 	tests := []struct {
 		name   string
