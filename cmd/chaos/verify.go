@@ -388,13 +388,16 @@ func verify(in verifyInput) (*Report, error) {
 			}
 			var next *session
 			for _, t := range byShard[s.shard] {
-				if t.owner != k.owner && t.taken.After(k.at) && (next == nil || t.taken.Before(next.taken)) {
+				if t.owner != k.owner && t.taken.After(s.taken) && (next == nil || t.taken.Before(next.taken)) {
 					next = t
 				}
 			}
 			if next == nil {
 				bad("%s held by %s when it was killed was never taken over", s.shard, k.owner)
 				continue
+			}
+			if !next.taken.After(k.at) {
+				continue // stolen before the kill; the killed process had not noticed yet
 			}
 			d := next.taken.Sub(k.at)
 			rep.Takeovers = append(rep.Takeovers, d)
