@@ -45,7 +45,7 @@ type Config struct {
 	Slack      time.Duration // allowed beyond TTL/3 for two processes reading one shard at once
 	Timeout    time.Duration // for every record to be logged after publishing ends
 	Seed       uint64        // picks kill times and victims; 0 picks one at random
-	Dir        string        // where logs and the consumer binary go; a temporary one if empty
+	Dir        string        // where logs and the consumer binary go; if empty, a temporary one, removed unless the run failed
 	Race       bool          // build the consumer with the race detector
 	Logf       func(format string, args ...any)
 }
@@ -99,7 +99,7 @@ type run struct {
 // Run creates a stream and a lease table, starts the consumers, publishes while killing and
 // restarting them, stops the survivors, and checks the consumers' logs. It returns an error
 // when the run could not be carried out, and a Report listing any violation otherwise.
-func Run(ctx context.Context, cfg Config, kc *kinesis.Client, dc *dynamodb.Client) (*Report, error) {
+func Run(ctx context.Context, cfg Config, kc *kinesis.Client, dc *dynamodb.Client) (rep *Report, err error) {
 	began := time.Now()
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
@@ -114,11 +114,17 @@ func Run(ctx context.Context, cfg Config, kc *kinesis.Client, dc *dynamodb.Clien
 	r.stream, r.table = "chaos-"+suffix, "chaos-leases-"+suffix
 	r.dir = cfg.Dir
 	if r.dir == "" {
-		d, err := os.MkdirTemp("", "kinesub-chaos-")
-		if err != nil {
-			return nil, err
+		d, derr := os.MkdirTemp("", "kinesub-chaos-")
+		if derr != nil {
+			return nil, derr
 		}
 		r.dir = d
+		// Keep the logs only when they show something to look at.
+		defer func() {
+			if err == nil && len(rep.Violations) == 0 {
+				os.RemoveAll(d)
+			}
+		}()
 	}
 	cfg.Logf("chaos: seed %d, logs in %s", cfg.Seed, r.dir)
 	if err := r.build(ctx); err != nil {
@@ -130,7 +136,7 @@ func Run(ctx context.Context, cfg Config, kc *kinesis.Client, dc *dynamodb.Clien
 	defer r.teardown()
 	defer r.killAll()
 
-	rep, err := r.chaos(ctx)
+	rep, err = r.chaos(ctx)
 	if err != nil {
 		return nil, err
 	}
