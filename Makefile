@@ -18,7 +18,7 @@ define with-emulators
 	$(1)
 endef
 
-.PHONY: test unit demo bench emulators-up emulators-down fmt vet
+.PHONY: test unit demo chaos bench emulators-up emulators-down fmt vet
 
 test:
 	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./...)
@@ -29,6 +29,12 @@ unit:
 
 demo:
 	$(call with-emulators, $(GO) run ./examples/demo)
+
+# chaos kill -9s consumer processes while they read, then checks from their logs that no record
+# was lost and every duplicate is explained (cmd/chaos). `make test` runs it too, as TestChaos.
+# Pass flags with CHAOSFLAGS, e.g. make chaos CHAOSFLAGS='-kills 10 -race'.
+chaos:
+	$(call with-emulators, $(GO) run ./cmd/chaos $(CHAOSFLAGS))
 
 emulators-up:
 	$(EMU) up

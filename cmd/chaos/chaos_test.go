@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/internal/testenv"
+)
+
+// TestChaos runs the full chaos run against the emulators: three consumer processes, 100,000
+// records, five kill -9s. Its logs are kept when it fails.
+func TestChaos(t *testing.T) {
+	kc, dc := testenv.Kinesis(t), testenv.DynamoDB(t)
+	dir, err := os.MkdirTemp("", "kinesub-chaos-")
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
+	cfg := DefaultConfig()
+	cfg.Dir = dir
+	cfg.Race = raceEnabled
+	cfg.Logf = t.Logf
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg, kc, dc)
+	require.NoError(t, err)
+	t.Logf("\n%s", rep)
+	assert.Empty(t, rep.Violations)
+	assert.Zero(t, rep.Lost)
+	assert.Equal(t, cfg.Consumers+cfg.Kills, rep.Incarnations)
+	assert.GreaterOrEqual(t, rep.Delivered, cfg.Records)
+	assert.NotEmpty(t, rep.Takeovers, "no kill hit a process holding leases")
+}

@@ -1,0 +1,115 @@
+// Command chaos checks kinesub's failover across processes: it starts several consumer
+// processes (cmd/chaos/consumer) that share one stream through a DynamoDB lease table,
+// publishes records with per-key counters, kill -9s a random consumer several times while they
+// read (each replaced by a process with a new owner name, so its leases are taken over only
+// when they expire, as after a real crash), stops the rest with SIGTERM, and checks the
+// consumers' logs:
+//
+//   - no record is lost: every published record was delivered and logged before its ack;
+//   - every duplicate was first delivered by a process that was killed, or whose lease was
+//     taken over, before its checkpoint passed the record;
+//   - each lease tenure resumes right after the checkpoint it took over and reads on without a
+//     gap, and per partition key the counters rise by one;
+//   - no takeover resumes before a checkpoint already written;
+//   - no shard is read by two processes at once for longer than one renewal period (TTL/3);
+//   - after the survivors close, every lease is released at its shard's newest record.
+//
+// It prints the lost and duplicated counts and the takeover times, and exits 1 on a violation.
+// It runs only against local emulators (`make chaos` starts them) and refuses any endpoint
+// not on loopback.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/gostream/kinesub/internal/testenv"
+)
+
+func main() {
+	cfg := DefaultConfig()
+	flag.IntVar(&cfg.Records, "records", cfg.Records, "records to publish")
+	flag.IntVar(&cfg.Keys, "keys", cfg.Keys, "partition keys")
+	var shards int
+	flag.IntVar(&shards, "shards", int(cfg.Shards), "shards of the stream")
+	flag.IntVar(&cfg.Consumers, "consumers", cfg.Consumers, "consumer processes running at once")
+	flag.IntVar(&cfg.Kills, "kills", cfg.Kills, "kill -9s while publishing")
+	flag.IntVar(&cfg.Rate, "rate", cfg.Rate, "records published per second")
+	flag.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "lease TTL of the consumers")
+	flag.DurationVar(&cfg.Checkpoint, "checkpoint", cfg.Checkpoint, "checkpoint interval of the consumers")
+	flag.DurationVar(&cfg.Slack, "slack", cfg.Slack, "allowed beyond TTL/3 for two processes reading one shard at once")
+	flag.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "wait for every record after publishing")
+	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of kill times and victims (0: random)")
+	flag.StringVar(&cfg.Dir, "dir", "", "directory for logs (default: a new temporary one)")
+	flag.BoolVar(&cfg.Race, "race", false, "build the consumer with the race detector")
+	verbose := flag.Bool("v", true, "print progress")
+	flag.Parse()
+	cfg.Shards = int32(shards)
+	if *verbose {
+		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	}
+	if err := cfg.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
+	kc, dc, err := clients()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := Run(ctx, cfg, kc, dc)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
+	fmt.Print(rep)
+	if len(rep.Violations) > 0 {
+		os.Exit(1)
+	}
+}
+
+// check rejects a configuration the run cannot carry out.
+func (c Config) check() error {
+	switch {
+	case c.Records < 1 || c.Keys < 1 || c.Keys > 99999 || c.Shards < 1 || c.Consumers < 1 || c.Kills < 0 || c.Rate < 1:
+		return fmt.Errorf("records, keys (up to 99999), shards, consumers and rate must be positive, kills not negative")
+	case c.TTL <= 0 || c.Checkpoint < 0 || c.Timeout <= 0:
+		return fmt.Errorf("ttl and timeout must be positive, checkpoint not negative")
+	}
+	return nil
+}
+
+// clients connects to the local emulators named by the SDK's endpoint variables.
+func clients() (*kinesis.Client, *dynamodb.Client, error) {
+	for _, v := range []string{testenv.KinesisEndpointVar, testenv.DynamoDBEndpointVar} {
+		if err := testenv.CheckLoopback(os.Getenv(v)); err != nil {
+			return nil, nil, fmt.Errorf("%s: %v; run `make chaos`, which starts local servers and sets it", v, err)
+		}
+	}
+	cfg, err := config.LoadDefaultConfig(context.Background(), config.WithRegion(region()))
+	if err != nil {
+		return nil, nil, err
+	}
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+		cfg.Credentials = aws.AnonymousCredentials{}
+	}
+	return kinesis.NewFromConfig(cfg), dynamodb.NewFromConfig(cfg), nil
+}
+
+func region() string {
+	if r := os.Getenv("AWS_REGION"); r != "" {
+		return r
+	}
+	return "us-east-1" // the emulators accept any
+}

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+var t0 = time.Unix(1_000_000, 0)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+// fakeLog writes a consumer log by hand, with chosen times.
+type fakeLog struct {
+	owner  string
+	lines  []string
+	killed time.Time
+}
+
+func (f *fakeLog) event(ms int, msg string, attrs map[string]string) *fakeLog {
+	js, _ := json.Marshal(attrs)
+	f.lines = append(f.lines, fmt.Sprintf("E\t%d\t%s\t%s\t%s", at(ms).UnixNano(), f.owner, msg, js))
+	return f
+}
+
+func (f *fakeLog) take(ms int, shard, checkpoint string) *fakeLog {
+	return f.event(ms, "lease taken", map[string]string{"shard_id": shard, "checkpoint": checkpoint})
+}
+
+func (f *fakeLog) checkpoint(ms int, shard, seq string) *fakeLog {
+	return f.event(ms, "checkpoint", map[string]string{"shard_id": shard, "sequence": seq})
+}
+
+// deliver logs record id (of testKeys keys) read from shard at seq.
+func (f *fakeLog) deliver(ms int, shard, seq string, id int) *fakeLog {
+	key := recordKey(id % testKeys)
+	payload := strconv.Quote(key + "/" + strconv.Itoa(id/testKeys))
+	f.lines = append(f.lines, fmt.Sprintf("D\t%d\t%s\t%s\t%s\t%s\t%s", at(ms).UnixNano(), f.owner, shard, seq, key, payload))
+	return f
+}
+
+const (
+	testKeys    = 2
+	testRecords = 4
+	testStream  = "s"
+	shard0      = "shardId-0"
+)
+
+// scenario is one shard read by a, killed at 400ms after checkpointing its first record, then
+// taken over by b, which re-reads two records and reads the last one.
+type scenario struct {
+	a, b  *fakeLog
+	final []lease.Lease
+	kills []killEvent
+}
+
+func baseScenario() *scenario {
+	a := &fakeLog{owner: "a", killed: at(400)}
+	a.take(0, shard0, "").
+		deliver(10, shard0, "10", 0).deliver(20, shard0, "11", 1).
+		checkpoint(30, shard0, "10").
+		deliver(40, shard0, "12", 2)
+	b := &fakeLog{owner: "b"}
+	b.take(2000, shard0, "10").
+		deliver(2010, shard0, "11", 1).deliver(2020, shard0, "12", 2).deliver(2030, shard0, "13", 3).
+		checkpoint(2100, shard0, "13").
+		event(3000, "lease released", map[string]string{"shard_id": shard0})
+	return &scenario{
+		a: a, b: b,
+		final: []lease.Lease{{Key: testStream + "/" + shard0, Checkpoint: "13"}},
+		kills: []killEvent{{owner: "a", at: at(400)}},
+	}
+}
+
+func (sc *scenario) verify(t *testing.T) *Report {
+	t.Helper()
+	dir := t.TempDir()
+	in := verifyInput{
+		records: testRecords, keys: testKeys, shards: 1, stream: testStream,
+		renew: 100 * time.Millisecond, slack: 100 * time.Millisecond, maxTakeover: 2 * time.Second,
+		final: sc.final, kills: sc.kills,
+	}
+	for _, f := range []*fakeLog{sc.a, sc.b} {
+		path := filepath.Join(dir, f.owner+".log")
+		require.NoError(t, os.WriteFile(path, []byte(strings.Join(f.lines, "\n")+"\n"), 0o644))
+		in.logs = append(in.logs, incarnation{owner: f.owner, path: path, killed: f.killed})
+	}
+	rep, err := verify(in)
+	require.NoError(t, err)
+	return rep
+}
+
+func TestVerifyAcceptsRedeliveryAfterKill(t *testing.T) {
+	rep := baseScenario().verify(t)
+	assert.Empty(t, rep.Violations)
+	assert.Equal(t, 0, rep.Lost)
+	assert.Equal(t, 6, rep.Delivered)
+	assert.Equal(t, 2, rep.Duplicated)
+	assert.Equal(t, 2, rep.DupAfterKill)
+	assert.Equal(t, []time.Duration{1600 * time.Millisecond}, rep.Takeovers)
+	assert.Zero(t, rep.MaxOverlap)
+}
+
+// A reader whose lease was taken over may go on delivering until its next renewal or
+// checkpoint tells it, even records the new owner delivered first.
+func TestVerifyAcceptsStaleReaderAfterSteal(t *testing.T) {
+	sc := baseScenario()
+	sc.a.killed = time.Time{}
+	sc.a.deliver(2050, shard0, "13", 3).event(2100, "lease lost", map[string]string{"shard_id": shard0})
+	sc.b.event(2000, "lease taken over for balance", map[string]string{"shard_id": shard0, "from": "a"})
+	sc.kills = nil
+	rep := sc.verify(t)
+	assert.Empty(t, rep.Violations)
+	assert.Equal(t, 3, rep.Duplicated)
+	assert.Equal(t, 3, rep.DupAfterLoss)
+	assert.Equal(t, 1, rep.Steals)
+	assert.Equal(t, 20*time.Millisecond, rep.MaxOverlap)
+}
+
+// A process killed just after its lease was stolen, before it noticed, still seems to hold
+// the shard in its own log: that is no takeover after a kill.
+func TestVerifyIgnoresTakeoverBeforeKill(t *testing.T) {
+	sc := baseScenario()
+	sc.kills[0].at = at(2005)
+	sc.a.killed = at(2005)
+	rep := sc.verify(t)
+	assert.Empty(t, rep.Violations)
+	assert.Empty(t, rep.Takeovers)
+}
+
+func TestVerifyFindsViolations(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(sc *scenario)
+		want   string
+	}{
+		{"resume skips a record", func(sc *scenario) {
+			sc.b = (&fakeLog{owner: "b"}).take(2000, shard0, "10").
+				deliver(2020, shard0, "12", 2).deliver(2030, shard0, "13", 3).
+				event(3000, "lease released", map[string]string{"shard_id": shard0})
+		}, "resumed at 12, not after its checkpoint 10"},
+		{"gap within a tenure", func(sc *scenario) {
+			sc.b = (&fakeLog{owner: "b"}).take(2000, shard0, "10").
+				deliver(2010, shard0, "11", 1).deliver(2030, shard0, "13", 3).
+				event(3000, "lease released", map[string]string{"shard_id": shard0})
+		}, "skipped forward 1 records at 13"},
+		{"record lost", func(sc *scenario) {
+			sc.b = (&fakeLog{owner: "b"}).take(2000, shard0, "10").
+				deliver(2010, shard0, "11", 1).deliver(2020, shard0, "12", 2).
+				event(3000, "lease released", map[string]string{"shard_id": shard0})
+			sc.final[0].Checkpoint = "12"
+		}, "lost: k00001/1 was never delivered"},
+		{"redelivered after a clean release", func(sc *scenario) {
+			sc.a.killed = time.Time{}
+			sc.a.event(50, "lease released", map[string]string{"shard_id": shard0})
+			sc.kills = nil
+		}, "though a's tenure ended \"released\""},
+		{"two readers at once", func(sc *scenario) {
+			sc.a.killed = time.Time{}
+			sc.a.deliver(2500, shard0, "13", 3).event(2600, "lease lost", map[string]string{"shard_id": shard0})
+			sc.b = (&fakeLog{owner: "b"}).take(2000, shard0, "10").
+				deliver(2010, shard0, "11", 1).deliver(2020, shard0, "12", 2).deliver(2800, shard0, "13", 3).
+				event(3000, "lease released", map[string]string{"shard_id": shard0})
+			sc.kills = nil
+		}, "a and b both delivered from shardId-0 for 490ms"},
+		{"takeover behind a written checkpoint", func(sc *scenario) {
+			sc.a.checkpoint(45, shard0, "12")
+		}, "b took shardId-0 at checkpoint \"10\", but a had written 12"},
+		{"lease kept after close", func(sc *scenario) {
+			sc.final[0].Owner = "b"
+		}, "lease of shardId-0 still held by b"},
+		{"final checkpoint behind", func(sc *scenario) {
+			sc.final[0].Checkpoint = "12"
+		}, "final checkpoint of shardId-0 is \"12\", not its newest record 13"},
+		{"slow takeover", func(sc *scenario) {
+			sc.kills[0].at = at(-100)
+		}, "taken over by b 2.1s after the kill"},
+		{"delivery without a lease", func(sc *scenario) {
+			sc.b.deliver(3100, "shardId-1", "99", 3)
+		}, "b delivered shardId-1/99 without ever taking its lease"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := baseScenario()
+			tt.change(sc)
+			rep := sc.verify(t)
+			require.NotEmpty(t, rep.Violations)
+			assert.Contains(t, strings.Join(rep.Violations, "\n"), tt.want)
+		})
+	}
+}
