@@ -254,12 +254,9 @@ func (s *Subscriber) Errors() <-chan error { return s.errs }
 // Err returns why the subscription ended once Messages is closed: nil after Close or ctx
 // cancellation, the fatal cause otherwise (for example ErrStreamNotFound).
 func (s *Subscriber) Err() error {
-	select {
-	case <-s.done:
-		return s.err
-	default:
-		return nil
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // StreamName returns the name of the stream being consumed.
