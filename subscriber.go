@@ -35,6 +35,7 @@ const (
 	errorsBuffer        = 64
 	leasePoll           = time.Second // the longest wait before a released lease is noticed
 	tipSkew             = 5 * time.Second
+	claimParallel       = 8 // lease writes in flight at once while claiming
 )
 
 // Subscriber reads every shard of one stream that it holds a lease for and delivers the
@@ -645,27 +646,40 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) {
 	n, k := len(v.readable), len(v.owners)
 	mine := v.owners[s.cfg.owner]
 	fair := (n + k - 1) / k
-	// Free leases first, in a random order so that instances starting together spread out.
+	// Free leases first, in a random order so that instances starting together spread out,
+	// several at a time so that taking many shards does not wait on one slow write.
 	order := slices.Clone(v.readable)
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	var want []string
 	for _, id := range order {
-		if mine >= fair || ctx.Err() != nil {
+		if len(want) >= fair-mine {
 			break
 		}
-		if s.owns(id) {
-			continue
-		}
 		l := v.leases[id]
-		if l.Held(v.now) && l.Owner != s.cfg.owner {
+		if s.owns(id) || l.Held(v.now) && l.Owner != s.cfg.owner {
 			continue
 		}
-		if s.take(ctx, id, false, func(cctx context.Context) (bool, error) {
-			return s.cfg.store.Acquire(cctx, s.leaseKey(id), s.cfg.owner, s.cfg.leaseTTL)
-		}) {
-			mine++
-			v.owners[s.cfg.owner] = mine
-		}
+		want = append(want, id)
 	}
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, claimParallel)
+	for _, id := range want {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if s.take(ctx, id, false, func(cctx context.Context) (bool, error) {
+				return s.cfg.store.Acquire(cctx, s.leaseKey(id), s.cfg.owner, s.cfg.leaseTTL)
+			}) {
+				taken.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	mine += int(taken.Load())
+	v.owners[s.cfg.owner] = mine
 	if balance {
 		s.shed(v, n, k, mine)
 		s.steal(ctx, v, n, k, mine)
