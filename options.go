@@ -31,6 +31,7 @@ type config struct {
 	requestTimeout     time.Duration
 	balanceInterval    time.Duration // 0: 2 × leaseTTL
 	startAt            *Position
+	initialPos         *Position
 
 	errs []error // collected while applying options, reported by validate
 }

@@ -49,6 +49,7 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 		{WithBalanceInterval(-time.Second), "WithBalanceInterval"},
 		{WithStartAt(AtSequence("shardId-000000000000", "1")), "WithStartAt"},
 		{WithStartAt(Position{}), "WithStartAt"},
+		{WithInitialPosition(AtSequence("shardId-000000000000", "1")), "WithInitialPosition"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := subscribe(context.Background(), noIO{t: t}, "orders", tc.opt)

@@ -155,8 +155,9 @@ func afterSequence(stream, shard, seq string) *kinesis.GetShardIteratorInput {
 }
 
 // WithStartAt opens every shard at p, ahead of any stored checkpoint: exactly a stream-wide
-// Seek at the instant the subscription opens. By default each shard resumes after its
-// checkpoint, and a shard with none opens at the tip (Latest). p must be stream-wide.
+// Seek at the instant the subscription opens. It is a replay tool: every shard this subscriber
+// opens for the first time opens at p, including shards it takes over from a peer later. To
+// choose only where a new application starts, use WithInitialPosition. p must be stream-wide.
 func WithStartAt(p Position) Option {
 	return func(c *config) {
 		if !p.streamWide() {
@@ -164,6 +165,21 @@ func WithStartAt(p Position) Option {
 			return
 		}
 		c.startAt = &p
+	}
+}
+
+// WithInitialPosition sets where a shard that has no checkpoint yet opens, overriding the
+// default Latest (the tip): Horizon() makes a new application read everything retained. Shards
+// with a checkpoint resume after it, and children of a shard read to its end here always open
+// at their oldest record. The first reader of a shard records where it opened, so a later
+// owner opens there too. p must be stream-wide.
+func WithInitialPosition(p Position) Option {
+	return func(c *config) {
+		if !p.streamWide() {
+			c.reject("WithInitialPosition", p, "must be a stream-wide position: Horizon(), Latest() or AtTimestamp(t)")
+			return
+		}
+		c.initialPos = &p
 	}
 }
 

@@ -583,7 +583,7 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.leases = v.leases
-	atTip := s.installed == nil || s.installed.pos.kind == posLatest
+	atTip := s.installed == nil && s.initial().kind == posLatest || s.installed != nil && s.installed.pos.kind == posLatest
 	ids := make([]string, 0, len(s.shards))
 	for id := range s.shards {
 		ids = append(ids, id)
@@ -843,7 +843,8 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 // startInput picks where a shard's new reader opens. An installed stream-wide position comes
 // first, once per shard; then the checkpoint (or a position marker a previous owner left); a
 // shard without one opens at the oldest record when a parent was read to its end here (so
-// nothing after a reshard is skipped), and at the tip otherwise. Called with s.mu held.
+// nothing after a reshard is skipped), and at the initial position (the tip by default)
+// otherwise. Called with s.mu held.
 func (s *Subscriber) startInput(id, checkpoint string) Position {
 	if in := s.installed; in != nil && s.applied[id] != in.epoch {
 		s.applied[id] = in.epoch
@@ -870,6 +871,14 @@ func (s *Subscriber) startInput(id, checkpoint string) Position {
 		if s.finished[p] {
 			return Horizon()
 		}
+	}
+	return s.initial()
+}
+
+// initial is where a shard without checkpoint opens: WithInitialPosition, by default the tip.
+func (s *Subscriber) initial() Position {
+	if s.cfg.initialPos != nil {
+		return *s.cfg.initialPos
 	}
 	return Latest()
 }

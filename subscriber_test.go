@@ -468,3 +468,34 @@ func TestMaxInFlightStopsFetching(t *testing.T) {
 	more := recv(t, sub, 10, false)
 	require.Equal(t, "key-0/10", string(more[0].Data()))
 }
+
+// TestInitialPosition: WithInitialPosition(Horizon) reads the backlog of a shard without
+// checkpoint, but unlike WithStartAt it does not beat a stored checkpoint.
+func TestInitialPosition(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(6, 1)
+	sub := subscribeT(t, s, testOpts(store, WithInitialPosition(Horizon()))...)
+	require.Equal(t, []string{"key-0/0", "key-0/1", "key-0/2"}, payloads(recv(t, sub, 3, true)))
+	require.NoError(t, sub.Close(context.Background()))
+	sub2 := subscribeT(t, s, testOpts(store, WithInitialPosition(Horizon()))...)
+	require.Equal(t, []string{"key-0/3", "key-0/4", "key-0/5"}, payloads(recv(t, sub2, 3, true)))
+}
+
+// TestHandoverBeforeFirstCheckpoint: a shard opened at the tip and handed over before its
+// first checkpoint is reopened where it was first opened, not at a later tip, so records
+// published in between are not skipped.
+func TestHandoverBeforeFirstCheckpoint(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	sub := subscribeT(t, s, testOpts(store)...)
+	eventually(t, 3*time.Second, "the shard is read", func() bool {
+		st := sub.Shards()
+		return len(st) == 1 && st[0].State == ShardReading
+	})
+	time.Sleep(100 * time.Millisecond) // the reader is open at the tip
+	require.NoError(t, sub.Close(context.Background()))
+	s.publish(3, 1) // nobody reads the shard now
+	sub2 := subscribeT(t, s, testOpts(store)...)
+	require.Equal(t, []string{"key-0/0", "key-0/1", "key-0/2"}, payloads(recv(t, sub2, 3, true)))
+}
