@@ -13,3 +13,15 @@ const server = require('kinesalite')({
 })
 process.on('SIGTERM', () => process.exit(0))
 process.on('SIGINT', () => process.exit(0))
+// A client that gives up on a request (a cancelled context, a timeout) closes its connection;
+// kinesalite rethrows the request's resulting "aborted" error, which would end the server and
+// fail every later call with "connection refused". Survive exactly that; anything else still
+// ends the process.
+process.on('uncaughtException', (err) => {
+  if (err && err.code === 'ECONNRESET' && err.message === 'aborted') {
+    console.error('client aborted a request')
+    return
+  }
+  console.error(err)
+  process.exit(1)
+})
