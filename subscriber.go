@@ -1308,7 +1308,7 @@ func (r *reader) deliver(records []types.Record) bool {
 		}
 		m.partitionKey = aws.ToString(rec.PartitionKey)
 		m.arrival = aws.ToTime(rec.ApproximateArrivalTimestamp)
-		m.headers, m.data = decodeEnvelope(rec.Data)
+		m.headers, m.data = splitEnvelope(rec.Data)
 		if len(m.headers) == 0 {
 			m.headers = nil
 		}
