@@ -338,7 +338,7 @@ func endToEndFigures() error {
 	if err != nil {
 		return fmt.Errorf("every-advance pass: %w", err)
 	}
-	fmt.Printf("  checkpoint writes per 10,000 acks: coalesced (5s) %.2f, every advance %.0f (ratio %.5f); every-advance pass %0.f records/s, %.0f ns CPU/record (÷ coalesced: %.2f, %.2f)\n",
+	fmt.Printf("  checkpoint writes per 10,000 acks: coalesced (5s) %.2f, every advance %.0f (coalesced ÷ every advance %.1e); every-advance pass %0.f records/s, %.0f ns CPU/record (÷ coalesced: %.2f, %.2f)\n",
 		median(writes), float64(every.final)*10000/float64(every.records), median(writes)/(float64(every.final)*10000/float64(every.records)),
 		every.rate(), every.cpuPerRecord(), every.rate()/med(subs, pass.rate), every.cpuPerRecord()/med(subs, pass.cpuPerRecord))
 
