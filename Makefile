@@ -36,6 +36,11 @@ demo:
 chaos:
 	$(call with-emulators, $(GO) run ./cmd/chaos $(CHAOSFLAGS))
 
+# bench prints speed and memory figures as ratios against baselines measured in the same run
+# (bench/main.go: in-process go benchmarks, then end to end on the local Kinesis server).
+bench:
+	$(call with-emulators, $(GO) run ./bench)
+
 emulators-up:
 	$(EMU) up
 	@echo 'eval "$$($(EMU) env)"   # to point the SDK at them'

@@ -87,12 +87,23 @@ func checkHeader(name, value string) error {
 // empty. A shared empty map would save that one small allocation but would let one consumer's
 // write show up in every other message (and race); a nil map would panic on the first write.
 func decodeEnvelope(data []byte) (headers map[string]string, payload []byte) {
+	headers, payload = splitEnvelope(data)
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	return headers, payload
+}
+
+// splitEnvelope is decodeEnvelope with nil headers when the data carries none. The subscriber
+// reads with it: Message.Headers makes the empty map only when asked, so a record without
+// headers (most of them) costs no allocation here.
+func splitEnvelope(data []byte) (headers map[string]string, payload []byte) {
 	block, ok := parseEnvelope(data)
 	if !ok || len(block) == 0 {
 		if ok {
 			data = data[envelopePrefix:]
 		}
-		return map[string]string{}, data
+		return nil, data
 	}
 	// One string for the whole block: every name and value is a substring of it, which costs one
 	// allocation instead of two per header.

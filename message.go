@@ -18,7 +18,6 @@ type Message struct {
 	shard        *worker
 	gen          uint64 // the shard's generation when the record was fetched
 	index        uint64 // position in the shard's watermark
-	handedOut    bool   // set by the publisher goroutine before the consumer sees it
 	settled      atomic.Bool
 }
 

@@ -1148,8 +1148,11 @@ func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
 	if advanced {
 		w.dirty = true
 	}
+	// A waiting reader is woken only once the room it waits for is there (which includes every
+	// delivery settled, what a finishing reader waits for), not by every ack.
+	roomy := s.cfg.maxInFlight-w.wm.unsettled() >= s.refill()
 	w.mu.Unlock()
-	if w.waitingRoom.Load() {
+	if roomy && w.waitingRoom.Load() {
 		select {
 		case w.room <- struct{}{}:
 		default:
@@ -1190,7 +1193,9 @@ func (w *worker) flush(ctx context.Context) error {
 	}
 	w.setWritten(mark)
 	w.checkpoints.Add(1)
-	w.log.Debug("checkpoint", "sequence", mark)
+	// LogAttrs: the variadic Debug boxes mark into an interface, an allocation on every write
+	// even with debug logging off.
+	w.log.LogAttrs(ctx, slog.LevelDebug, "checkpoint", slog.String("sequence", mark))
 	return nil
 }
 
@@ -1299,9 +1304,12 @@ func (r *reader) loop() bool {
 		if err := w.limiter.Wait(r.ctx); err != nil {
 			continue
 		}
+		// Ask for no more than the cap has room for, so that a batch does not carry the shard
+		// past its cap. The room is taken after the rate wait, which acks may have widened.
+		limit := min(int(s.cfg.batchSize), r.room())
 		cctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
 		out, err := s.client.GetRecords(cctx, &kinesis.GetRecordsInput{
-			ShardIterator: r.iter, Limit: aws.Int32(s.cfg.batchSize),
+			ShardIterator: r.iter, Limit: aws.Int32(int32(limit)),
 		}, noRetry)
 		cancel()
 		if err != nil {
@@ -1407,12 +1415,19 @@ func (r *reader) sleep(d time.Duration) bool {
 	return false
 }
 
-// waitRoom blocks while the shard has its maximum of unsettled deliveries.
+// refill is the room below its cap that a shard's reader waits for before it fetches again:
+// a batch, or half the cap when that is smaller. Fetches never carry a shard past its cap, and
+// a consumer at the cap that acks one record at a time does not turn into one small GetRecords
+// call (of the shard's 5 per second) per ack.
+func (s *Subscriber) refill() int { return min(int(s.cfg.batchSize), max(s.cfg.maxInFlight/2, 1)) }
+
+// waitRoom blocks while the shard has less room below its cap of unsettled deliveries than
+// refill.
 func (r *reader) waitRoom() bool {
 	w := r.w
 	for {
 		w.mu.Lock()
-		full := w.gen == r.gen && w.wm.unsettled() >= w.sub.cfg.maxInFlight
+		full := w.gen == r.gen && w.sub.cfg.maxInFlight-w.wm.unsettled() < w.sub.refill()
 		w.waitingRoom.Store(full)
 		w.mu.Unlock()
 		if !full {
@@ -1427,6 +1442,18 @@ func (r *reader) waitRoom() bool {
 			return false
 		}
 	}
+}
+
+// room returns how many more deliveries the shard may take before its cap: at least refill,
+// as only this reader adds deliveries and it calls room after waitRoom.
+func (r *reader) room() int {
+	w := r.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gen != r.gen {
+		return w.sub.cfg.maxInFlight
+	}
+	return max(w.sub.cfg.maxInFlight-w.wm.unsettled(), 1)
 }
 
 // deliver tracks a batch in the watermark and sends it to the publisher. It reports false when
@@ -1456,7 +1483,7 @@ func (r *reader) deliver(records []types.Record) bool {
 		}
 		m.partitionKey = aws.ToString(rec.PartitionKey)
 		m.arrival = aws.ToTime(rec.ApproximateArrivalTimestamp)
-		m.headers, m.data = decodeEnvelope(rec.Data)
+		m.headers, m.data = splitEnvelope(rec.Data)
 		if len(m.headers) == 0 {
 			m.headers = nil
 		}
