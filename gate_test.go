@@ -10,15 +10,15 @@ import (
 // come out of Messages unless their stamp is stale.
 func newGateHarness(t *testing.T) *Subscriber {
 	s := &Subscriber{
-		in:      make(chan *Message, 16),
+		in:      make(chan []Message, 16),
 		out:     make(chan *Message),
 		fence:   make(chan chan struct{}),
-		pubStop: make(chan struct{}),
+		pubDone: make(chan struct{}),
 	}
 	s.keepers.Add(1)
 	go s.publish()
 	t.Cleanup(func() {
-		close(s.pubStop)
+		s.fence <- nil
 		s.keepers.Wait()
 	})
 	return s
@@ -40,7 +40,7 @@ func TestGateDropsStaleStamps(t *testing.T) {
 			s := newGateHarness(t)
 			w := &worker{id: "shard-1"}
 			w.gate.Store(tc.gate)
-			s.in <- &Message{shard: w, gen: tc.stamp, data: []byte(tc.name)}
+			s.in <- []Message{{shard: w, gen: tc.stamp, data: []byte(tc.name)}}
 			select {
 			case m := <-s.out:
 				if !tc.delivers {
@@ -60,13 +60,13 @@ func TestGateDropsStaleStamps(t *testing.T) {
 func TestFenceRetractsHeldDelivery(t *testing.T) {
 	s := newGateHarness(t)
 	w := &worker{id: "shard-1"}
-	s.in <- &Message{shard: w, gen: 0, data: []byte("pre-seek")}
+	s.in <- []Message{{shard: w, gen: 0, data: []byte("pre-seek")}, {shard: w, gen: 0, data: []byte("pre-seek too")}}
 	time.Sleep(20 * time.Millisecond) // the publisher now holds it
 	w.gate.Add(1)
 	if err := s.fencePublisher(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s.in <- &Message{shard: w, gen: 1, data: []byte("post-seek")}
+	s.in <- []Message{{shard: w, gen: 1, data: []byte("post-seek")}}
 	select {
 	case m := <-s.out:
 		if string(m.data) != "post-seek" {

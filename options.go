@@ -27,7 +27,7 @@ type config struct {
 	logger             *slog.Logger
 	checkpointInterval time.Duration
 	maxInFlight        int
-	bufferSize         int
+	bufferPages        int
 	requestTimeout     time.Duration
 	balanceInterval    time.Duration // 0: 2 × leaseTTL
 	startAt            *Position
@@ -44,7 +44,7 @@ func defaultConfig() config {
 		leaseTTL:           10 * time.Second,
 		checkpointInterval: 5 * time.Second,
 		maxInFlight:        10000,
-		bufferSize:         1000,
+		bufferPages:        4,
 		requestTimeout:     10 * time.Second,
 	}
 }
@@ -59,7 +59,7 @@ const (
 	maxLeaseTTL    = time.Hour
 	maxCreate      = 10000
 	maxMaxInFlight = 10_000_000
-	maxBufferSize  = 1_000_000
+	maxBufferPages = 10_000
 	minTimeout     = 10 * time.Millisecond
 	maxTimeout     = 5 * time.Minute
 )
@@ -83,8 +83,8 @@ func (c *config) validate() error {
 		return optionError("WithCheckpointInterval", c.checkpointInterval, fmt.Sprintf("must be between 0 (every advance) and %v", maxInterval))
 	case c.maxInFlight < 1 || c.maxInFlight > maxMaxInFlight:
 		return optionError("WithMaxInFlight", c.maxInFlight, fmt.Sprintf("must be between 1 and %d", maxMaxInFlight))
-	case c.bufferSize < 0 || c.bufferSize > maxBufferSize:
-		return optionError("WithBufferSize", c.bufferSize, fmt.Sprintf("must be between 0 and %d", maxBufferSize))
+	case c.bufferPages < 0 || c.bufferPages > maxBufferPages:
+		return optionError("WithBufferPages", c.bufferPages, fmt.Sprintf("must be between 0 and %d", maxBufferPages))
 	case c.requestTimeout < minTimeout || c.requestTimeout > maxTimeout:
 		return optionError("WithRequestTimeout", c.requestTimeout, fmt.Sprintf("must be between %v and %v", minTimeout, maxTimeout))
 	case c.balanceInterval != 0 && (c.balanceInterval < minInterval || c.balanceInterval > maxInterval):
@@ -205,9 +205,11 @@ func WithCheckpointInterval(d time.Duration) Option {
 // by roughly cap × record size × owned shards whatever the consumer does. Range 1 to 10000000.
 func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
 
-// WithBufferSize sets the capacity of the Messages channel shared by all readers, overriding
-// the default 1000. Range 0 (unbuffered) to 1000000.
-func WithBufferSize(n int) Option { return func(c *config) { c.bufferSize = n } }
+// WithBufferPages sets how many fetched pages (one GetRecords response each) wait, across all
+// shards, between the readers and Messages, overriding the default 4. Readers hand over whole
+// pages, so delivery costs one hand-off per record; memory stays bounded by WithMaxInFlight,
+// which counts buffered records too. Range 0 to 10000.
+func WithBufferPages(n int) Option { return func(c *config) { c.bufferPages = n } }
 
 // WithRequestTimeout sets the deadline of each call to Kinesis and to the lease store,
 // overriding the default 10s. Range 10ms to 5m.

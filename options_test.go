@@ -43,7 +43,7 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 		{WithLogger(nil), "WithLogger"},
 		{WithCheckpointInterval(-time.Second), "WithCheckpointInterval"},
 		{WithMaxInFlight(0), "WithMaxInFlight"},
-		{WithBufferSize(-1), "WithBufferSize"},
+		{WithBufferPages(-1), "WithBufferPages"},
 		{WithRequestTimeout(time.Millisecond), "WithRequestTimeout"},
 		{WithRequestTimeout(time.Hour), "WithRequestTimeout"},
 		{WithBalanceInterval(-time.Second), "WithBalanceInterval"},

@@ -47,7 +47,7 @@ type Subscriber struct {
 	log    *slog.Logger
 	seeker *Seeker
 
-	in    chan *Message      // readers → publisher
+	in    chan []Message     // readers → publisher, a page at a time
 	out   chan *Message      // publisher → consumer
 	fence chan chan struct{} // seekers and Close re-check the publisher's held delivery
 	errs  chan error
@@ -55,7 +55,7 @@ type Subscriber struct {
 
 	runCtx   context.Context // ends when the subscription stops reading
 	stopRun  context.CancelFunc
-	pubStop  chan struct{}
+	pubDone  chan struct{}  // closed when the publisher has returned
 	readers  sync.WaitGroup // coordinator and readers
 	keepers  sync.WaitGroup // lease keepers and publisher
 	watchers sync.WaitGroup
@@ -125,12 +125,12 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		client:   client,
 		stream:   stream,
 		log:      cfg.logger.With(logStream, stream),
-		in:       make(chan *Message, cfg.bufferSize),
+		in:       make(chan []Message, cfg.bufferPages),
 		out:      make(chan *Message),
 		fence:    make(chan chan struct{}),
 		errs:     make(chan error, errorsBuffer),
 		wake:     make(chan struct{}, 1),
-		pubStop:  make(chan struct{}),
+		pubDone:  make(chan struct{}),
 		workers:  make(map[string]*worker),
 		shards:   make(map[string]shardInfo),
 		finished: make(map[string]bool),
@@ -365,7 +365,8 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		}()
 	}
 	wg.Wait()
-	close(s.pubStop)
+	s.fence <- nil // stops the publisher
+	<-s.pubDone
 	s.keepers.Wait()
 	s.errMu.Lock()
 	s.errsClosed = true
@@ -417,35 +418,41 @@ func (s *Subscriber) nudge() {
 // the delivery it holds, so nothing fetched before a seek reaches the consumer after it.
 func (s *Subscriber) publish() {
 	defer s.keepers.Done()
+	defer close(s.pubDone)
 	defer close(s.out)
-	var held *Message
+	var page []Message // what is left of one reader's page: one shard, one generation
 	for {
-		if held == nil {
+		if len(page) == 0 {
 			select {
-			case m := <-s.in:
-				if m.gen == m.shard.gate.Load() {
-					held = m
-				}
+			case page = <-s.in:
 			case ack := <-s.fence:
+				if ack == nil {
+					return
+				}
 				close(ack)
-			case <-s.pubStop:
-				return
 			}
+			continue
+		}
+		m := &page[0]
+		if m.shard == nil { // a record that is reported, not delivered
+			page = page[1:]
+			continue
+		}
+		if m.gen != m.shard.gate.Load() {
+			page = nil
 			continue
 		}
 		s.outstanding.Add(1)
 		select {
-		case s.out <- held:
-			held = nil
+		case s.out <- m:
+			page = page[1:]
 		case ack := <-s.fence:
+			// The loop re-checks the gate before the next send.
 			s.outstanding.Add(-1)
-			if held.gen != held.shard.gate.Load() {
-				held = nil
+			if ack == nil {
+				return
 			}
 			close(ack)
-		case <-s.pubStop:
-			s.outstanding.Add(-1)
-			return
 		}
 	}
 }
@@ -455,7 +462,7 @@ func (s *Subscriber) fencePublisher(ctx context.Context) error {
 	ack := make(chan struct{})
 	select {
 	case s.fence <- ack:
-	case <-s.pubStop:
+	case <-s.pubDone:
 		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
@@ -1491,22 +1498,19 @@ func (r *reader) deliver(records []types.Record) bool {
 	w.lastSeq = msgs[len(msgs)-1].sequence
 	w.mu.Unlock()
 	for i := range msgs {
-		m := &msgs[i]
-		if m.shard == nil {
+		if msgs[i].shard == nil { // not deliverable; the publisher skips it
 			s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Decode",
-				Err: fmt.Errorf("%w: sequence number %s", ErrAggregatedRecord, m.sequence)})
-			continue
-		}
-		select {
-		case s.in <- m:
-		case <-r.ctx.Done():
-			return false
-		case <-w.seekNote:
-			w.renote()
-			return false
+				Err: fmt.Errorf("%w: sequence number %s", ErrAggregatedRecord, msgs[i].sequence)})
 		}
 	}
-	return true
+	select {
+	case s.in <- msgs:
+		return true
+	case <-r.ctx.Done():
+	case <-w.seekNote:
+		w.renote()
+	}
+	return false
 }
 
 // finish completes a shard that returned its last records: once every delivery is settled,

@@ -437,7 +437,7 @@ func TestSlowConsumerKeepsLeases(t *testing.T) {
 	s := newStream(t, 2)
 	store := lease.NewMemory()
 	ttl := 300 * time.Millisecond
-	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithLeaseTTL(ttl), WithBufferSize(1))...)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithLeaseTTL(ttl), WithBufferPages(1))...)
 	s.publish(200, 4)
 	var oc orderChecker
 	for _, m := range recv(t, sub, 10, true) {
