@@ -300,8 +300,8 @@ func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *s
 		old.done <- nil // superseded by this seek
 	}
 	w.seekReq = cmd
+	w.renote() // under seekMu, so that the note is armed exactly while a command is pending
 	w.seekMu.Unlock()
-	w.renote()
 	select {
 	case err := <-cmd.done:
 		return err
