@@ -242,6 +242,7 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 	}
 	w := s.workers[p.shard]
 	_, known := s.shards[p.shard]
+	known = known || !s.listed // not listed yet: the shard may well exist
 	finished := s.finished[p.shard]
 	s.mu.Unlock()
 	switch {
