@@ -31,6 +31,8 @@ type fakeStream struct {
 	beforeGetRecords func(ctx context.Context, shard string) error
 	// beforeGetIterator is the same for GetShardIterator.
 	beforeGetIterator func(ctx context.Context, in *kinesis.GetShardIteratorInput) error
+	// beforeListShards is the same for ListShards.
+	beforeListShards func(ctx context.Context) error
 }
 
 type fakeShard struct {
@@ -122,6 +124,14 @@ func fakeInvalid(why string) error {
 }
 
 func (f *fakeStream) ListShards(ctx context.Context, in *kinesis.ListShardsInput, _ ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
+	f.mu.Lock()
+	hook := f.beforeListShards
+	f.mu.Unlock()
+	if hook != nil {
+		if err := hook(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

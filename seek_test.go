@@ -147,3 +147,24 @@ func testSeekRacingInFlightBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestSeekShardBeforeFirstListing: until the subscription has listed the stream's shards, a
+// shard-scoped seek cannot tell an unknown shard from one it does not hold yet; it must not
+// claim that an existing shard is unknown.
+func TestSeekShardBeforeFirstListing(t *testing.T) {
+	f := newFakeStream("unlisted", 1)
+	seq := f.add(0, time.Now(), "a")[0]
+	release := make(chan struct{})
+	f.beforeListShards = func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	sub := subscribeFake(t, f, fakeOpts()...)
+	err := sub.Seeker().Seek(context.Background(), AtSequence(f.shards[0].id, seq))
+	require.ErrorIs(t, err, ErrShardNotOwned)
+	close(release)
+}
