@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -93,6 +94,11 @@ func ParsePosition(s string) (Position, error) {
 		t, err := time.Parse(time.RFC3339Nano, s0[len("timestamp:"):])
 		if err != nil {
 			return bad("want timestamp:<RFC 3339 time>, e.g. timestamp:2026-12-02T10:00:00Z")
+		}
+		// AtTimestamp keeps nanoseconds since 1970 in an int64; outside its range the time
+		// would wrap around to another instant.
+		if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
+			return bad("timestamp must be between 1678 and 2262")
 		}
 		return AtTimestamp(t), nil
 	case strings.HasPrefix(s0, "sequence:"):
