@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -96,6 +97,11 @@ func ParsePosition(s string) (Position, error) {
 		t, err := time.Parse(time.RFC3339Nano, s0[len("timestamp:"):])
 		if err != nil {
 			return bad("want timestamp:<RFC 3339 time>, e.g. timestamp:2026-12-02T10:00:00Z")
+		}
+		// AtTimestamp keeps nanoseconds since 1970 in an int64; outside its range the time
+		// would wrap around to another instant.
+		if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
+			return bad("timestamp must be between 1678 and 2262")
 		}
 		return AtTimestamp(t), nil
 	case strings.HasPrefix(s0, "sequence:"):
@@ -260,6 +266,7 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 	}
 	w := s.workers[p.shard]
 	_, known := s.shards[p.shard]
+	known = known || !s.listed // not listed yet: the shard may well exist
 	finished := s.finished[p.shard]
 	s.mu.Unlock()
 	switch {
@@ -318,8 +325,8 @@ func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *s
 		old.done <- nil // superseded by this seek
 	}
 	w.seekReq = cmd
+	w.renote() // under seekMu, so that the note is armed exactly while a command is pending
 	w.seekMu.Unlock()
-	w.renote()
 	select {
 	case err := <-cmd.done:
 		return err

@@ -1555,10 +1555,16 @@ func (r *reader) finish() bool {
 	return true
 }
 
-// takeSeek returns the pending seek command, if any.
+// takeSeek returns the pending seek command, if any, and clears its notification: a note
+// left armed would keep cutting every later batch short, and the reader would fetch (and
+// deliver) the cut batch again from the same iterator.
 func (w *worker) takeSeek() *seekCmd {
 	w.seekMu.Lock()
 	defer w.seekMu.Unlock()
+	select {
+	case <-w.seekNote:
+	default:
+	}
 	cmd := w.seekReq
 	w.seekReq = nil
 	return cmd

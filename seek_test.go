@@ -1,0 +1,543 @@
+package kinesub
+
+import (
+	"context"
+	"errors"
+	"math/big"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/internal/testenv"
+	"github.com/gostream/kinesub/lease"
+)
+
+// TestSeekRacingInFlightBatchDeliversNoPreSeekRecord seeks a busy shard again and again while
+// batches are in flight: being fetched (GetRecords is slowed down), waiting in the buffered
+// channel, or held by the publisher for a consumer that is not reading. Every seek jumps to a
+// region of the shard the reader cannot have reached, so a record fetched before the seek is
+// recognisable by its index. Once Seek has returned, only records from the new position may
+// arrive, starting exactly at it and without gaps.
+//
+// It runs in a synctest bubble: the per-shard rate limit (5 GetRecords a second) and the slowed
+// calls cost no wall time, and a slowed GetRecords only returns once everything else, a
+// running Seek included, is blocked, so most seeks meet a batch in flight.
+func TestSeekRacingInFlightBatchDeliversNoPreSeekRecord(t *testing.T) {
+	synctest.Test(t, testSeekRacingInFlightBatch)
+}
+
+func testSeekRacingInFlightBatch(t *testing.T) {
+	const (
+		seeks  = 200
+		stride = 500 // the reader never gets this far ahead between two seeks
+		after  = 20  // records checked after each seek
+	)
+	f := newFakeStream("race", 1)
+	base := time.Now().Add(-time.Hour)
+	payloads := make([]string, seeks*stride+stride)
+	seqs := make([]string, len(payloads))
+	for i := range payloads {
+		payloads[i] = strconv.Itoa(i)
+		// One record per millisecond, so a timestamp picks out exactly one record.
+		seqs[i] = f.add(0, base.Add(time.Duration(i)*time.Millisecond), payloads[i])[0]
+	}
+	arrival := func(i int) time.Time { return base.Add(time.Duration(i) * time.Millisecond) }
+	f.setHooks(func(ctx context.Context, _ string) error {
+		d := time.Duration(rand.IntN(300)) * time.Microsecond
+		if rand.IntN(8) == 0 {
+			d = 3 * time.Millisecond // a batch in flight for a while
+		}
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		return nil
+	}, nil)
+	sub := subscribeFake(t, f, fakeOpts(WithStartAt(Horizon()), WithBatchSize(16), WithBufferSize(8), WithMaxInFlight(64))...)
+	shard := f.shards[0].id
+	index := func(m *Message) int {
+		i, err := strconv.Atoi(string(m.Data()))
+		require.NoError(t, err)
+		return i
+	}
+	next := func() *Message {
+		select {
+		case m, ok := <-sub.Messages():
+			require.True(t, ok, "Messages closed: %v", sub.Err())
+			require.NoError(t, m.Ack(context.Background()))
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatal("no message within 5s")
+			return nil
+		}
+	}
+	ctx := context.Background()
+	require.Equal(t, 0, index(next()), "the shard is read before the first seek")
+	for i := 1; i <= seeks; i++ {
+		target := i * stride
+		p := AtSequence(shard, seqs[target])
+		if i%4 >= 2 {
+			p = AtTimestamp(arrival(target)) // the stream-wide path
+		}
+		if i%2 == 0 {
+			// The consumer is not reading while Seek runs: the publisher holds a record and the
+			// buffer is full of them.
+			for range rand.IntN(20) {
+				next()
+			}
+			time.Sleep(time.Duration(rand.IntN(500)) * time.Microsecond)
+			require.NoError(t, sub.Seeker().Seek(ctx, p))
+			for j := range after {
+				require.Equal(t, target+j, index(next()), "seek %d to %v: record %d after it", i, p, j)
+			}
+			continue
+		}
+		// The consumer reads concurrently; what it receives once Seek has returned must come
+		// from the new position.
+		var returned atomic.Bool
+		failed := make(chan string, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			expect, before, checked := target, 0, 0
+			for checked < after {
+				if before >= 200 && !returned.Load() {
+					time.Sleep(50 * time.Microsecond) // stay well behind the next region
+					continue
+				}
+				sought := returned.Load()
+				var m *Message
+				select {
+				case m = <-sub.Messages():
+				case <-time.After(5 * time.Second):
+					failed <- "no message within 5s (before=" + strconv.Itoa(before) + " checked=" + strconv.Itoa(checked) + " sought=" + strconv.FormatBool(returned.Load()) + ")"
+					return
+				}
+				if m == nil {
+					failed <- "Messages closed"
+					return
+				}
+				_ = m.Ack(context.Background())
+				got, _ := strconv.Atoi(string(m.Data()))
+				switch {
+				case sought && got != expect:
+					failed <- "after Seek returned: record " + strconv.Itoa(got) + ", want " + strconv.Itoa(expect)
+					return
+				case got >= target && got != expect:
+					failed <- "new position out of order: record " + strconv.Itoa(got) + ", want " + strconv.Itoa(expect)
+					return
+				case got >= target:
+					expect++
+				}
+				if sought {
+					checked++
+				} else {
+					before++
+				}
+			}
+		}()
+		time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+		require.NoError(t, sub.Seeker().Seek(ctx, p))
+		returned.Store(true)
+		<-done
+		select {
+		case msg := <-failed:
+			t.Fatalf("seek %d to %v: %s", i, p, msg)
+		default:
+		}
+	}
+}
+
+// TestSeekShardBeforeFirstListing: until the subscription has listed the stream's shards, a
+// shard-scoped seek cannot tell an unknown shard from one it does not hold yet; it must not
+// claim that an existing shard is unknown.
+func TestSeekShardBeforeFirstListing(t *testing.T) {
+	f := newFakeStream("unlisted", 1)
+	seq := f.add(0, time.Now(), "a")[0]
+	release := make(chan struct{})
+	f.beforeListShards = func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	sub := subscribeFake(t, f, fakeOpts()...)
+	err := sub.Seeker().Seek(context.Background(), AtSequence(f.shards[0].id, seq))
+	require.ErrorIs(t, err, ErrShardNotOwned)
+	close(release)
+}
+
+// ready waits until sub reads every shard of s: it puts a "probe" record on each shard (by
+// explicit hash key), again every 250ms, until one from each has arrived. A subscription at
+// the tip misses whatever is published before its readers open; call this before publishing
+// records such a test expects to see.
+func ready(t *testing.T, s *stream, sub *Subscriber) {
+	t.Helper()
+	out, err := s.c.ListShards(context.Background(), &kinesis.ListShardsInput{StreamName: aws.String(s.name)})
+	require.NoError(t, err)
+	waiting := map[string]string{} // shard → its first hash key
+	for _, sh := range out.Shards {
+		if sh.SequenceNumberRange.EndingSequenceNumber == nil {
+			waiting[aws.ToString(sh.ShardId)] = aws.ToString(sh.HashKeyRange.StartingHashKey)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(waiting) > 0 {
+		for _, hash := range waiting {
+			_, err := s.c.PutRecord(context.Background(), &kinesis.PutRecordInput{
+				StreamName: aws.String(s.name), PartitionKey: aws.String("probe"),
+				ExplicitHashKey: aws.String(hash), Data: []byte(probe),
+			})
+			require.NoError(t, err)
+		}
+		tick := time.After(250 * time.Millisecond)
+	wait:
+		for {
+			select {
+			case m := <-sub.Messages():
+				require.NotNil(t, m, "Messages closed: %v", sub.Err())
+				require.Equal(t, probe, string(m.Data()), "a record other than a probe from %s", m.ShardID())
+				require.NoError(t, m.Ack(context.Background()))
+				delete(waiting, m.ShardID())
+			case <-tick:
+				break wait
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("shards %v not read within 10s", waiting)
+		}
+	}
+}
+
+const probe = "probe"
+
+// withoutProbes drops the probe records ready put on the stream.
+func withoutProbes(ms []string) []string {
+	out := ms[:0:0]
+	for _, p := range ms {
+		if p != probe {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// recvData takes n messages that are not probes, acking every message, and returns their
+// payloads.
+func recvData(t *testing.T, sub *Subscriber, n int) []string {
+	t.Helper()
+	var got []string
+	for len(got) < n {
+		got = append(got, withoutProbes(payloads(recv(t, sub, 1, true)))...)
+	}
+	return got
+}
+
+// keyed returns the payloads "key-0/from" … "key-0/to-1" of stream.publish with one key.
+func keyed(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, "key-0/"+strconv.Itoa(i))
+	}
+	return out
+}
+
+// TestSeekHorizon: a subscription at the tip does not see what was published before it;
+// Seek(Horizon) delivers that backlog, and the deliveries of before the seek that the
+// consumer had not taken yet are discarded rather than delivered out of order.
+func TestSeekHorizon(t *testing.T) {
+	s := newStream(t, 1)
+	s.publish(5, 1) // key-0/0..4, before subscribing
+	sub := subscribeT(t, s, testOpts(lease.NewMemory())...)
+	ready(t, s, sub)
+	s.publish(10, 1)                                   // key-0/5..14
+	require.Equal(t, keyed(5, 7), recvData(t, sub, 2)) // the backlog is not delivered
+	require.NoError(t, sub.Seeker().Seek(context.Background(), Horizon()))
+	// key-0/7.. were fetched, maybe buffered, but not taken: they arrive again in place.
+	require.Equal(t, keyed(0, 15), recvData(t, sub, 15))
+	quiet(t, sub, 300*time.Millisecond)
+}
+
+// TestSeekLatest: Seek(Latest) skips what was published while the consumer was not reading.
+func TestSeekLatest(t *testing.T) {
+	s := newStream(t, 2)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	s.publish(4, 4)
+	require.Len(t, recvData(t, sub, 4), 4)
+	s.publish(40, 4) // the backlog, fetched and buffered while nobody reads
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, sub.Seeker().Seek(context.Background(), Latest()))
+	recs := []Record{}
+	for i := range 8 {
+		k := "key-" + strconv.Itoa(i%4)
+		recs = append(recs, Record{PartitionKey: k, Data: []byte("new/" + k + "/" + strconv.Itoa(i/4))})
+	}
+	require.NoError(t, s.pub.PublishBatch(context.Background(), recs))
+	got := recvData(t, sub, 8)
+	sort.Strings(got)
+	require.Equal(t, []string{"new/key-0/0", "new/key-0/1", "new/key-1/0", "new/key-1/1",
+		"new/key-2/0", "new/key-2/1", "new/key-3/0", "new/key-3/1"}, got)
+	quiet(t, sub, 300*time.Millisecond)
+}
+
+// TestSeekAtTimestamp opens every shard at its first record at or after t.
+func TestSeekAtTimestamp(t *testing.T) {
+	s := newStream(t, 2)
+	s.publish(24, 12) // batch A: key-n/0, key-n/1
+	time.Sleep(1100 * time.Millisecond)
+	at := time.Now()
+	s.publish(24, 12) // batch B: key-n/2, key-n/3
+	sub := subscribeT(t, s, testOpts(lease.NewMemory())...)
+	require.NoError(t, sub.Seeker().Seek(context.Background(), AtTimestamp(at)))
+	ms := recv(t, sub, 24, true)
+	shards := map[string]bool{}
+	next := map[string]int{}
+	for _, m := range ms {
+		k, n, _ := strings.Cut(string(m.Data()), "/")
+		if next[k] == 0 {
+			next[k] = 2
+		}
+		require.Equal(t, strconv.Itoa(next[k]), n, "key %s: only batch B, in order", k)
+		next[k]++
+		shards[m.ShardID()] = true
+		assert.False(t, m.ArrivalTime().Before(at.Truncate(time.Second)), "arrived %v, before %v", m.ArrivalTime(), at)
+	}
+	require.Len(t, shards, 2, "both shards opened at t")
+	quiet(t, sub, 300*time.Millisecond)
+}
+
+// TestSeekAtTimestampAfterNewest: kinesalite never answers a GetShardIterator at a time later
+// than the newest record, so the seek times out (after WithRequestTimeout) and reports it. The
+// subscription stays usable: a later seek works, and Close ends it without leaking goroutines.
+func TestSeekAtTimestampAfterNewest(t *testing.T) {
+	done := goroutines(t)
+	s := newStream(t, 1)
+	s.publish(3, 1)
+	time.Sleep(100 * time.Millisecond)
+	// After the newest record, not in the future: kinesalite rejects a time later than its
+	// clock at once (InvalidArgumentException), and hangs on one between the newest record and
+	// now.
+	at := time.Now().Add(-20 * time.Millisecond)
+	sub, err := Subscribe(context.Background(), s.c, s.name,
+		testOpts(lease.NewMemory(), WithStartAt(Horizon()), WithRequestTimeout(time.Second))...)
+	require.NoError(t, err)
+	defer sub.Close(context.Background())
+	require.Equal(t, keyed(0, 3), payloads(recv(t, sub, 3, true)))
+	start := time.Now()
+	err = sub.Seeker().Seek(context.Background(), AtTimestamp(at))
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	var se *ShardError
+	require.ErrorAs(t, err, &se)
+	require.Less(t, time.Since(start), 3*time.Second)
+	t.Logf("seek failed after %v: %v", time.Since(start), err)
+
+	require.NoError(t, sub.Seeker().Seek(context.Background(), Horizon()))
+	require.Equal(t, keyed(0, 3), payloads(recv(t, sub, 3, true)))
+	s.publish(2, 1)
+	require.Equal(t, keyed(3, 5), payloads(recv(t, sub, 2, true)))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, sub.Close(ctx))
+	done()
+}
+
+// TestSeekAtSequence redelivers exactly that record and the ones after it, on its shard only.
+func TestSeekAtSequence(t *testing.T) {
+	s := newStream(t, 2)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	s.publish(48, 12)
+	byShard := map[string][]*Message{}
+	for _, m := range recv(t, sub, 48, true) {
+		byShard[m.ShardID()] = append(byShard[m.ShardID()], m)
+	}
+	require.Len(t, byShard, 2)
+	quiet(t, sub, 200*time.Millisecond)
+	for shard, ms := range byShard {
+		from := len(ms) / 3
+		require.NoError(t, sub.Seeker().Seek(context.Background(), ms[from].Position()))
+		again := recv(t, sub, len(ms)-from, true)
+		require.Equal(t, payloads(ms[from:]), payloads(again), "shard %s from its record %d", shard, from)
+		for i, m := range again {
+			require.Equal(t, shard, m.ShardID())
+			require.Equal(t, ms[from+i].SequenceNumber(), m.SequenceNumber())
+		}
+		quiet(t, sub, 300*time.Millisecond) // the other shard did not move
+	}
+}
+
+// TestSeekDropsWatermark: acks of deliveries made before a seek no longer move the checkpoint;
+// acks of deliveries from the new position do, even backwards.
+func TestSeekDropsWatermark(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(10, 1)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithCheckpointInterval(time.Hour))...)
+	ctx := context.Background()
+	got := recv(t, sub, 10, false)
+	shard := got[0].ShardID()
+	for _, m := range got[:3] {
+		require.NoError(t, m.Ack(ctx))
+	}
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[2].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+
+	require.NoError(t, sub.Seeker().Seek(ctx, got[1].Position()))
+	for _, m := range got[3:] {
+		require.NoError(t, m.Ack(ctx))
+	}
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[2].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint,
+		"acks of pre-seek deliveries do not checkpoint")
+
+	again := recv(t, sub, 1, true)[0]
+	require.Equal(t, "key-0/1", string(again.Data()))
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, got[1].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint,
+		"the checkpoint follows the new position")
+}
+
+// TestSeekReachesShardStartedLater: a stream-wide seek is installed for the subscription, so a
+// shard whose lease it takes only later opens at the seek's position too, ahead of the
+// checkpoint its previous owner left.
+func TestSeekReachesShardStartedLater(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(6, 1)
+	b := subscribeT(t, s, testOpts(store, WithOwner("b"), WithStartAt(Horizon()))...)
+	require.Equal(t, keyed(0, 6), payloads(recv(t, b, 6, true)))
+	require.NoError(t, b.Commit(context.Background()))
+
+	a := subscribeT(t, s, testOpts(store, WithOwner("a"))...)
+	quiet(t, a, 300*time.Millisecond) // b holds the only shard
+	require.NoError(t, a.Seeker().Seek(context.Background(), Horizon()))
+	require.NoError(t, b.Close(context.Background()))
+	require.Equal(t, keyed(0, 6), payloads(recv(t, a, 6, true)), "a opens at Horizon, not after b's checkpoint")
+}
+
+// TestSeekReachesChildOfLaterSplit: after Seek(Latest), the children of a later split open at
+// their start (everything in them is newer than the seek), not at their tip: nothing
+// published between the split and the children's readers opening is lost.
+func TestSeekReachesChildOfLaterSplit(t *testing.T) {
+	s := newStream(t, 1)
+	s.publish(5, 1)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	require.Equal(t, keyed(0, 5), payloads(recv(t, sub, 5, true)))
+	require.NoError(t, sub.Seeker().Seek(context.Background(), Latest()))
+	parent := s.shardIDs()[0]
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	_, err := s.c.SplitShard(context.Background(), &kinesis.SplitShardInput{
+		StreamName: aws.String(s.name), ShardToSplit: aws.String(parent), NewStartingHashKey: aws.String(mid.String()),
+	})
+	require.NoError(t, err)
+	testenv.WaitActive(t, s.c, s.name)
+	s.publish(48, 12) // key-0/5..8, key-n/0..3 on the children
+	oc := orderChecker{next: map[string]int{"key-0": 5}}
+	shards := map[string]bool{}
+	for _, m := range recv(t, sub, 48, true) {
+		oc.see(t, m)
+		shards[m.ShardID()] = true
+	}
+	require.NotContains(t, shards, parent)
+	require.Len(t, shards, 2, "both children")
+	quiet(t, sub, 300*time.Millisecond)
+}
+
+// TestStartAtBeatsCheckpoint: WithStartAt opens every shard at its position even where a
+// checkpoint is stored.
+func TestStartAtBeatsCheckpoint(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	s.publish(6, 1)
+	first := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	got := recv(t, first, 4, true)
+	require.NoError(t, first.Close(context.Background()))
+	require.Equal(t, got[3].SequenceNumber(), readLease(t, store, s.name, got[0].ShardID()).Checkpoint)
+
+	again := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	require.Equal(t, keyed(0, 6), payloads(recv(t, again, 6, true)))
+}
+
+// TestSeekShardErrors: a shard-scoped seek needs a shard of the stream that this subscriber
+// holds and still reads.
+func TestSeekShardErrors(t *testing.T) {
+	s := newStream(t, 2)
+	store := lease.NewMemory()
+	ids := s.shardIDs()
+	ctx := context.Background()
+	ok, err := store.Acquire(ctx, s.name+"/"+ids[1], "other", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	out, err := s.c.PutRecord(ctx, &kinesis.PutRecordInput{ // on ids[0], whose hash keys start at 0
+		StreamName: aws.String(s.name), PartitionKey: aws.String("k"), ExplicitHashKey: aws.String("0"), Data: []byte("x"),
+	})
+	require.NoError(t, err)
+	seq := aws.ToString(out.SequenceNumber)
+	m := recv(t, sub, 1, true)[0] // from ids[0]: the other shard is "other"'s
+	require.Equal(t, ids[0], m.ShardID())
+
+	err = sub.Seeker().Seek(ctx, AtSequence(ids[1], seq))
+	require.ErrorIs(t, err, ErrShardNotOwned)
+	err = sub.Seeker().Seek(ctx, AtSequence("shardId-000000000099", seq))
+	require.ErrorIs(t, err, ErrUnknownShard)
+	require.NoError(t, sub.Seeker().Seek(ctx, m.Position()))
+	require.Equal(t, "x", string(recv(t, sub, 1, true)[0].Data()))
+
+	// After a split the parent is finished: read to its end, checkpointed and released.
+	mid := new(big.Int).Lsh(big.NewInt(1), 126) // ids[0] holds the hash keys below 2^127
+	_, err = s.c.SplitShard(ctx, &kinesis.SplitShardInput{
+		StreamName: aws.String(s.name), ShardToSplit: aws.String(ids[0]), NewStartingHashKey: aws.String(mid.String()),
+	})
+	require.NoError(t, err)
+	testenv.WaitActive(t, s.c, s.name)
+	eventually(t, 10*time.Second, "the parent read to its end", func() bool {
+		return readLease(t, store, s.name, ids[0]).Checkpoint == lease.ShardEnd
+	})
+	eventually(t, 5*time.Second, "ErrShardFinished", func() bool {
+		return errors.Is(sub.Seeker().Seek(ctx, m.Position()), ErrShardFinished)
+	})
+}
+
+// TestSeekBadSequence: a sequence number the service rejects fails the seek with the
+// service's error and leaves the reader where it was.
+func TestSeekBadSequence(t *testing.T) {
+	s := newStream(t, 1)
+	s.publish(5, 1)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	got := recv(t, sub, 5, true)
+	err := sub.Seeker().Seek(context.Background(), AtSequence(got[0].ShardID(), "12345"))
+	require.Error(t, err)
+	var invalid *types.InvalidArgumentException
+	require.ErrorAs(t, err, &invalid)
+	var se *ShardError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, got[0].ShardID(), se.Shard)
+	quiet(t, sub, 300*time.Millisecond)
+	s.publish(3, 1)
+	require.Equal(t, keyed(5, 8), payloads(recv(t, sub, 3, true)))
+}
+
+// TestSeekAfterClose returns ErrClosed for both kinds of position.
+func TestSeekAfterClose(t *testing.T) {
+	s := newStream(t, 1)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory())...)
+	require.NoError(t, sub.Close(context.Background()))
+	for _, p := range []Position{Horizon(), Latest(), AtTimestamp(time.Now()), AtSequence(s.shardIDs()[0], "1")} {
+		require.ErrorIs(t, sub.Seeker().Seek(context.Background(), p), ErrClosed, "%v", p)
+	}
+	require.ErrorIs(t, sub.Seeker().Seek(context.Background(), Position{}), ErrInvalidPosition)
+}
