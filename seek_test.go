@@ -64,7 +64,7 @@ func testSeekRacingInFlightBatch(t *testing.T) {
 		}
 		return nil
 	}, nil)
-	sub := subscribeFake(t, f, fakeOpts(WithStartAt(Horizon()), WithBatchSize(16), WithBufferSize(8), WithMaxInFlight(64))...)
+	sub := subscribeFake(t, f, fakeOpts(WithStartAt(Horizon()), WithBatchSize(16), WithBufferPages(2), WithMaxInFlight(64))...)
 	shard := f.shards[0].id
 	index := func(m *Message) int {
 		i, err := strconv.Atoi(string(m.Data()))
