@@ -7,6 +7,11 @@
 //	curl -X POST --data sequence:shardId-000000000000:49590338271490256608559692538361571095921575989136588898 \
 //	    http://127.0.0.1:8080/seek                                  # one shard, from that record
 //
+// and shows what this instance sees of each shard (reading here, leased elsewhere, waiting for
+// a parent, finished; last delivered and checkpointed sequence numbers, lag):
+//
+//	curl http://127.0.0.1:8080/shards
+//
 // A 204 means the seek is done; see kinesub.SeekHandler for the other answers (409 means
 // another instance holds that shard: ask it instead).
 //
@@ -21,6 +26,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -85,6 +91,12 @@ func run(ctx context.Context, stream, table, addr string, create int32) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/seek", kinesub.SeekHandler(sub.Seeker()))
+	mux.HandleFunc("GET /shards", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(sub.Shards())
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
