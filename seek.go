@@ -204,6 +204,10 @@ type Seeker struct {
 // otherwise Seek returns ErrShardNotOwned, ErrShardFinished or ErrUnknownShard. A target the
 // service rejects (a bad sequence number) returns its error and leaves the reader where it was.
 //
+// A stream-wide seek is installed even when a reader cannot open its shard there at once (a
+// timeout, a throttle): Seek then returns that reader's error, and the reader keeps trying the
+// new position with backoff, reporting on Errors, without delivering from its old one.
+//
 // Once Seek returns nil, no record fetched before the seek is delivered from the moved shards,
 // and acks of earlier deliveries no longer move their checkpoints (the watermark is written
 // once more, then reset). Seek after Close returns ErrClosed.
