@@ -202,7 +202,8 @@ func WithCheckpointInterval(d time.Duration) Option {
 // WithMaxInFlight caps the delivered-but-unsettled records per shard, overriding the default
 // 10000. A reader at the cap stops fetching until acks free a batch's worth of room (or half the
 // cap, when that is less), and never asks for more than the room left, so memory stays bounded
-// by roughly cap × record size × owned shards whatever the consumer does. Range 1 to 10000000.
+// by roughly cap × (record size + about 250 bytes of bookkeeping) × owned shards whatever the
+// consumer does. Range 1 to 10000000.
 func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
 
 // WithBufferPages sets how many fetched pages (one GetRecords response each) wait, across all

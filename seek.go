@@ -41,10 +41,22 @@ func Horizon() Position { return Position{kind: posHorizon} }
 // Stream-wide.
 func Latest() Position { return Position{kind: posLatest} }
 
-// AtTimestamp is each shard's first record that arrived at or after t. Stream-wide.
+// AtTimestamp is each shard's first record that arrived at or after t. Stream-wide. Times
+// outside the years 1678 to 2262 (what a Position can hold) are clamped to that range.
 func AtTimestamp(t time.Time) Position {
+	switch {
+	case t.Before(minPositionTime):
+		t = minPositionTime
+	case t.After(maxPositionTime):
+		t = maxPositionTime
+	}
 	return Position{kind: posTimestamp, unixNano: t.UnixNano()}
 }
+
+var (
+	minPositionTime = time.Unix(0, math.MinInt64)
+	maxPositionTime = time.Unix(0, math.MaxInt64)
+)
 
 // AtSequence is exactly the record with this sequence number on this shard, and the records
 // after it. Shard-scoped.
