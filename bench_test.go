@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"golang.org/x/time/rate"
 
+	"github.com/gostream/kinesub/internal/heapwatch"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -360,26 +361,7 @@ func peakHeapNeverAck(b *testing.B, inflight int) {
 			}
 		}
 	}()
-	var peak atomic.Uint64
-	stopSampling := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peak.Load() {
-				peak.Store(ms.HeapInuse)
-			}
-			select {
-			case <-stopSampling:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	watch := heapwatch.Start(5 * time.Millisecond)
 
 	b.ResetTimer()
 	f.start()
@@ -401,8 +383,7 @@ func peakHeapNeverAck(b *testing.B, inflight int) {
 		}
 	}
 	b.StopTimer()
-	close(stopSampling)
-	<-sampled
+	peak := watch.Stop()
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	live := ms.HeapInuse
@@ -423,7 +404,7 @@ func peakHeapNeverAck(b *testing.B, inflight int) {
 	b.ReportMetric(float64(len(held)), "delivered")
 	b.ReportMetric(float64(inflight*benchShards), "cap-records")
 	b.ReportMetric(float64(backlog), "backlog")
-	b.ReportMetric(float64(peak.Load()-base)/(1<<20), "peak-heap-MiB")
+	b.ReportMetric(float64(peak-base)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(live-base)/(1<<20), "live-heap-MiB")
 	b.ReportMetric(bound/(1<<20), "bound-MiB")
 	b.ReportMetric(float64(lost.Load()), "leases-lost")

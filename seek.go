@@ -177,13 +177,7 @@ func afterSequence(stream, shard, seq string) *kinesis.GetShardIteratorInput {
 // opens for the first time opens at p, including shards it takes over from a peer later. To
 // choose only where a new application starts, use WithInitialPosition. p must be stream-wide.
 func WithStartAt(p Position) Option {
-	return func(c *config) {
-		if !p.streamWide() {
-			c.reject("WithStartAt", p, "must be a stream-wide position: Horizon(), Latest() or AtTimestamp(t)")
-			return
-		}
-		c.startAt = &p
-	}
+	return streamWideOption("WithStartAt", p, func(c *config) { c.startAt = &p })
 }
 
 // WithInitialPosition sets where a shard that has no checkpoint yet opens, overriding the
@@ -192,12 +186,17 @@ func WithStartAt(p Position) Option {
 // at their oldest record. The first reader of a shard records where it opened, so a later
 // owner opens there too. p must be stream-wide.
 func WithInitialPosition(p Position) Option {
+	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
+}
+
+// streamWideOption applies set when p is stream-wide, and rejects p otherwise.
+func streamWideOption(name string, p Position, set func(*config)) Option {
 	return func(c *config) {
 		if !p.streamWide() {
-			c.reject("WithInitialPosition", p, "must be a stream-wide position: Horizon(), Latest() or AtTimestamp(t)")
+			c.reject(name, p, "must be a stream-wide position: Horizon(), Latest() or AtTimestamp(t)")
 			return
 		}
-		c.initialPos = &p
+		set(c)
 	}
 }
 

@@ -1432,12 +1432,21 @@ func (s *Subscriber) refill() int { return min(int(s.cfg.batchSize), max(s.cfg.m
 // refill.
 func (r *reader) waitRoom() bool {
 	w := r.w
+	return r.waitUntil(func() bool {
+		return w.gen != r.gen || w.sub.cfg.maxInFlight-w.wm.unsettled() >= w.sub.refill()
+	})
+}
+
+// waitUntil blocks until ok, checked with w.mu held, holds; acks wake it to check again. It
+// reports false when the reader must stop or a seek arrives first.
+func (r *reader) waitUntil(ok func() bool) bool {
+	w := r.w
 	for {
 		w.mu.Lock()
-		full := w.gen == r.gen && w.sub.cfg.maxInFlight-w.wm.unsettled() < w.sub.refill()
-		w.waitingRoom.Store(full)
+		done := ok()
+		w.waitingRoom.Store(!done)
 		w.mu.Unlock()
-		if !full {
+		if done {
 			return true
 		}
 		select {
@@ -1518,22 +1527,8 @@ func (r *reader) deliver(records []types.Record) bool {
 // seek, a stop, a lost lease, or a failed write to retry).
 func (r *reader) finish() bool {
 	w, s := r.w, r.w.sub
-	for {
-		w.mu.Lock()
-		open := w.wm.unsettled()
-		w.waitingRoom.Store(open > 0)
-		w.mu.Unlock()
-		if open == 0 {
-			break
-		}
-		select {
-		case <-w.room:
-		case <-r.ctx.Done():
-			return false
-		case <-w.seekNote:
-			w.renote()
-			return false
-		}
+	if !r.waitUntil(func() bool { return w.wm.unsettled() == 0 }) {
+		return false
 	}
 	w.flushMu.Lock()
 	defer w.flushMu.Unlock()

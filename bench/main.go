@@ -41,6 +41,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/gostream/kinesub"
+	"github.com/gostream/kinesub/internal/heapwatch"
 	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/lease"
 )
@@ -548,25 +549,7 @@ func heapPass(ctx context.Context, client *kinesis.Client, stream string, inflig
 			}
 		}
 	}()
-	var peak atomic.Uint64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		var ms runtime.MemStats
-		for {
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peak.Load() {
-				peak.Store(ms.HeapInuse)
-			}
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	watch := heapwatch.Start(5 * time.Millisecond)
 	var held []*kinesub.Message
 	var stalledAt time.Time
 	for {
@@ -584,8 +567,7 @@ func heapPass(ctx context.Context, client *kinesis.Client, stream string, inflig
 			break
 		}
 	}
-	close(stop)
-	<-sampled
+	peak := watch.Stop()
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	live := ms.HeapInuse
@@ -607,7 +589,7 @@ func heapPass(ctx context.Context, client *kinesis.Client, stream string, inflig
 	mib := func(b uint64) float64 { return float64(int64(b-base)) / (1 << 20) }
 	fmt.Printf("  never-acking consumer, %d-record backlog on %d shards:\n", *records, *shardCount)
 	fmt.Printf("    WithMaxInFlight(%d): %d delivered (cap × shards %d); peak heap %.1f MiB, live %.1f MiB, cap × shards × %d B = %.2f MiB: peak ÷ that %.1f×, live %.0f B per held record; leases lost %d, not held at the end %d\n",
-		inflight, len(held), inflight**shardCount, mib(peak.Load()), mib(live), *recordSize, bound/(1<<20), mib(peak.Load())*(1<<20)/bound,
+		inflight, len(held), inflight**shardCount, mib(peak), mib(live), *recordSize, bound/(1<<20), mib(peak)*(1<<20)/bound,
 		mib(live)*(1<<20)/float64(max(len(held), 1)), lost.Load(), notHeld)
 	runtime.KeepAlive(held)
 	return nil
