@@ -81,8 +81,11 @@
 // Records published with headers (Publisher) carry them in an envelope compatible with the
 // ruststream-kinesis crate: "RSK1", a big-endian u32 length, lines "name: value\n", then the
 // payload. Message.Data returns the payload and Message.Headers the headers; a record without
-// a valid envelope is delivered as it is. KPL-aggregated records are not delivered: each one is
-// reported on Errors (ErrAggregatedRecord) and counts as handled.
+// a valid envelope is delivered as it is. A record aggregated by the Kinesis Producer Library
+// is delivered as its user records, which share its sequence number (SubSequenceNumber tells
+// them apart); its checkpoint passes the aggregate only once all of them are handled. A record
+// that looks aggregated but is malformed is reported on Errors (ErrAggregatedRecord) and
+// counts as handled.
 //
 // # Concurrency
 //

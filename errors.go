@@ -20,9 +20,10 @@ var (
 	ErrShardFinished = errors.New("kinesub: shard finished")
 	// ErrUnknownShard is returned by a shard-scoped Seek naming a shard the stream lacks.
 	ErrUnknownShard = errors.New("kinesub: unknown shard")
-	// ErrAggregatedRecord is reported (on Errors) for a KPL-aggregated record, which kinesub
-	// does not deaggregate; the record is not delivered and counts as handled.
-	ErrAggregatedRecord = errors.New("kinesub: KPL-aggregated record not supported")
+	// ErrAggregatedRecord is reported (on Errors) for a record that starts like a KPL aggregate
+	// but is not a valid one (bad digest or protobuf); it is not delivered and counts as
+	// handled. Valid aggregates are split into their user records.
+	ErrAggregatedRecord = errors.New("kinesub: malformed KPL-aggregated record")
 	// ErrInvalidPosition is wrapped by ParsePosition's errors.
 	ErrInvalidPosition = errors.New("kinesub: invalid position")
 	// ErrLeaseLost is reported (on Errors, in a ShardError) when a shard's lease was taken

@@ -14,11 +14,12 @@ type Message struct {
 	headers      map[string]string // nil when the record carried none
 	partitionKey string
 	sequence     string
+	sub          int // position within a KPL aggregate
 	arrival      time.Time
 	shard        *worker
 	gen          uint64 // the shard's generation when the record was fetched
 	index        uint64 // position in the shard's watermark
-	settled      atomic.Bool
+	settled      uint32 // set once, atomically, by Ack or Nack (a plain word so pages of Messages can be built by value)
 }
 
 // Data returns the record's payload, without the header envelope.
@@ -37,6 +38,10 @@ func (m *Message) PartitionKey() string { return m.partitionKey }
 
 // SequenceNumber returns the record's sequence number, unique within its shard.
 func (m *Message) SequenceNumber() string { return m.sequence }
+
+// SubSequenceNumber returns the position of the record within the KPL-aggregated record it
+// arrived in (whose SequenceNumber it shares), and 0 for a record that was not aggregated.
+func (m *Message) SubSequenceNumber() int { return m.sub }
 
 // ShardID returns the id of the shard the record was read from.
 func (m *Message) ShardID() string {
@@ -67,7 +72,7 @@ func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, true) }
 func (m *Message) Nack(ctx context.Context, requeue bool) error { return m.settle(ctx, !requeue) }
 
 func (m *Message) settle(ctx context.Context, handled bool) error {
-	if !m.settled.CompareAndSwap(false, true) {
+	if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
 		return ErrAlreadySettled
 	}
 	if m.shard == nil {

@@ -434,10 +434,6 @@ func (s *Subscriber) publish() {
 			continue
 		}
 		m := &page[0]
-		if m.shard == nil { // a record that is reported, not delivered
-			page = page[1:]
-			continue
-		}
 		if m.gen != m.shard.gate.Load() {
 			page = nil
 			continue
@@ -1479,7 +1475,8 @@ func (r *reader) deliver(records []types.Record) bool {
 		return true
 	}
 	w, s := r.w, r.w.sub
-	msgs := make([]Message, len(records))
+	msgs := make([]Message, 0, len(records))
+	var bad []error
 	w.mu.Lock()
 	if w.gen != r.gen {
 		w.mu.Unlock()
@@ -1487,30 +1484,51 @@ func (r *reader) deliver(records []types.Record) bool {
 	}
 	for i := range records {
 		rec := &records[i]
-		m := &msgs[i]
-		m.sequence = aws.ToString(rec.SequenceNumber)
-		m.shard, m.gen = w, r.gen
-		m.index = w.wm.track(m.sequence)
-		if isAggregated(rec.Data) {
-			w.wm.settle(m.index)
-			w.dirty = true
-			m.shard = nil
+		seq := aws.ToString(rec.SequenceNumber)
+		arrival := aws.ToTime(rec.ApproximateArrivalTimestamp)
+		if !isAggregated(rec.Data) {
+			m := Message{sequence: seq, shard: w, gen: r.gen, partitionKey: aws.ToString(rec.PartitionKey), arrival: arrival}
+			m.headers, m.data = splitEnvelope(rec.Data)
+			if len(m.headers) == 0 {
+				m.headers = nil
+			}
+			m.index = w.wm.track(seq)
+			msgs = append(msgs, m)
+			w.lastSeq = seq
 			continue
 		}
-		m.partitionKey = aws.ToString(rec.PartitionKey)
-		m.arrival = aws.ToTime(rec.ApproximateArrivalTimestamp)
-		m.headers, m.data = splitEnvelope(rec.Data)
-		if len(m.headers) == 0 {
-			m.headers = nil
+		subs, err := deaggregate(rec.Data)
+		if err != nil {
+			// Reported, not delivered, and handled at once so that the shard moves on.
+			w.wm.settle(w.wm.track(seq))
+			w.dirty = true
+			w.lastSeq = seq
+			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
+			continue
 		}
+		for j, sub := range subs {
+			m := Message{sequence: seq, sub: j, shard: w, gen: r.gen, partitionKey: sub.partitionKey, arrival: arrival}
+			m.headers, m.data = splitEnvelope(sub.data)
+			if len(m.headers) == 0 {
+				m.headers = nil
+			}
+			// Until the last user record of the aggregate is handled, the checkpoint may only
+			// reach the record before it: resuming after seq would skip the rest.
+			mark := w.lastSeq
+			if j == len(subs)-1 {
+				mark = seq
+			}
+			m.index = w.wm.track(mark)
+			msgs = append(msgs, m)
+		}
+		w.lastSeq = seq
 	}
-	w.lastSeq = msgs[len(msgs)-1].sequence
 	w.mu.Unlock()
-	for i := range msgs {
-		if msgs[i].shard == nil { // not deliverable; the publisher skips it
-			s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Decode",
-				Err: fmt.Errorf("%w: sequence number %s", ErrAggregatedRecord, msgs[i].sequence)})
-		}
+	for _, err := range bad {
+		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Decode", Err: err})
+	}
+	if len(msgs) == 0 {
+		return true
 	}
 	select {
 	case s.in <- msgs:

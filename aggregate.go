@@ -1,0 +1,148 @@
+package kinesub
+
+import (
+	"bytes"
+	"crypto/md5"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// A record aggregated by the Kinesis Producer Library (KPL) is the magic bytes F3 89 9A C2, a
+// protobuf AggregatedRecord, and the MD5 digest of that protobuf:
+//
+//	message AggregatedRecord {
+//	  repeated string partition_key_table     = 1;
+//	  repeated string explicit_hash_key_table = 2;
+//	  repeated Record records                 = 3;
+//	}
+//	message Record {
+//	  required uint64 partition_key_index     = 1;
+//	  optional uint64 explicit_hash_key_index = 2;
+//	  required bytes  data                    = 3;
+//	  repeated Tag    tags                    = 4;
+//	}
+//
+// kinesub delivers each user record as its own Message. The subset of protobuf needed is
+// decoded here rather than through a protobuf dependency.
+
+// subRecord is one user record of an aggregated record.
+type subRecord struct {
+	partitionKey string
+	data         []byte // a sub-slice of the aggregated record's data
+}
+
+var errMalformedAggregate = errors.New("malformed KPL aggregate")
+
+// deaggregate returns the user records of a KPL-aggregated record, or an error when it is not
+// a valid aggregate (bad digest, bad protobuf, an index outside its table).
+func deaggregate(data []byte) ([]subRecord, error) {
+	if !isAggregated(data) || len(data) < len(aggregatedMagic)+md5.Size {
+		return nil, fmt.Errorf("%w: too short", errMalformedAggregate)
+	}
+	body := data[len(aggregatedMagic) : len(data)-md5.Size]
+	sum := md5.Sum(body)
+	if !bytes.Equal(sum[:], data[len(data)-md5.Size:]) {
+		return nil, fmt.Errorf("%w: digest mismatch", errMalformedAggregate)
+	}
+	var keys []string
+	type raw struct {
+		key  uint64
+		data []byte
+	}
+	var recs []raw
+	err := walkFields(body, func(field int, wire int, v uint64, b []byte) error {
+		switch {
+		case field == 1 && wire == wireBytes:
+			keys = append(keys, string(b))
+		case field == 3 && wire == wireBytes:
+			var r raw
+			var haveKey, haveData bool
+			err := walkFields(b, func(field int, wire int, v uint64, b []byte) error {
+				switch {
+				case field == 1 && wire == wireVarint:
+					r.key, haveKey = v, true
+				case field == 3 && wire == wireBytes:
+					r.data, haveData = b, true
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if !haveKey || !haveData {
+				return fmt.Errorf("%w: a record lacks its key index or data", errMalformedAggregate)
+			}
+			recs = append(recs, r)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%w: no records", errMalformedAggregate)
+	}
+	out := make([]subRecord, len(recs))
+	for i, r := range recs {
+		if r.key >= uint64(len(keys)) {
+			return nil, fmt.Errorf("%w: partition key index %d of %d", errMalformedAggregate, r.key, len(keys))
+		}
+		out[i] = subRecord{partitionKey: keys[r.key], data: r.data}
+	}
+	return out, nil
+}
+
+// Protobuf wire types used by the KPL format.
+const (
+	wireVarint = 0
+	wire64     = 1
+	wireBytes  = 2
+	wire32     = 5
+)
+
+// walkFields calls fn for each field of a protobuf message: its number, wire type, and value
+// (v for varints, b for length-delimited fields; fixed-size fields are skipped).
+func walkFields(msg []byte, fn func(field, wire int, v uint64, b []byte) error) error {
+	for len(msg) > 0 {
+		tag, n := binary.Uvarint(msg)
+		if n <= 0 {
+			return fmt.Errorf("%w: bad field tag", errMalformedAggregate)
+		}
+		msg = msg[n:]
+		field, wire := int(tag>>3), int(tag&7)
+		var v uint64
+		var b []byte
+		switch wire {
+		case wireVarint:
+			v, n = binary.Uvarint(msg)
+			if n <= 0 {
+				return fmt.Errorf("%w: bad varint", errMalformedAggregate)
+			}
+			msg = msg[n:]
+		case wireBytes:
+			l, n := binary.Uvarint(msg)
+			if n <= 0 || l > uint64(len(msg)-n) {
+				return fmt.Errorf("%w: bad length", errMalformedAggregate)
+			}
+			b = msg[n : n+int(l)]
+			msg = msg[n+int(l):]
+		case wire64:
+			if len(msg) < 8 {
+				return fmt.Errorf("%w: short fixed64", errMalformedAggregate)
+			}
+			msg = msg[8:]
+		case wire32:
+			if len(msg) < 4 {
+				return fmt.Errorf("%w: short fixed32", errMalformedAggregate)
+			}
+			msg = msg[4:]
+		default:
+			return fmt.Errorf("%w: wire type %d", errMalformedAggregate, wire)
+		}
+		if err := fn(field, wire, v, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package kinesub
+
+import (
+	"context"
+	"crypto/md5"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// aggregate builds a KPL-aggregated record of the given (partition key, data) pairs, as the
+// Kinesis Producer Library writes it.
+func aggregate(recs ...[2]string) []byte {
+	field := func(b []byte, num int, payload []byte) []byte {
+		b = binary.AppendUvarint(b, uint64(num<<3|wireBytes))
+		b = binary.AppendUvarint(b, uint64(len(payload)))
+		return append(b, payload...)
+	}
+	var keys []string
+	index := map[string]int{}
+	var body []byte
+	for _, r := range recs {
+		if _, ok := index[r[0]]; !ok {
+			index[r[0]] = len(keys)
+			keys = append(keys, r[0])
+		}
+	}
+	for _, k := range keys {
+		body = field(body, 1, []byte(k))
+	}
+	for _, r := range recs {
+		var rec []byte
+		rec = binary.AppendUvarint(rec, 1<<3|wireVarint)
+		rec = binary.AppendUvarint(rec, uint64(index[r[0]]))
+		rec = field(rec, 3, []byte(r[1]))
+		body = field(body, 3, rec)
+	}
+	sum := md5.Sum(body)
+	out := append([]byte{}, aggregatedMagic...)
+	out = append(out, body...)
+	return append(out, sum[:]...)
+}
+
+func TestDeaggregate(t *testing.T) {
+	good := aggregate([2]string{"a", "one"}, [2]string{"b", "two"}, [2]string{"a", "three"})
+	subs, err := deaggregate(good)
+	require.NoError(t, err)
+	require.Equal(t, []subRecord{{"a", []byte("one")}, {"b", []byte("two")}, {"a", []byte("three")}}, subs)
+
+	badDigest := append([]byte{}, good...)
+	badDigest[len(badDigest)-1] ^= 1
+	truncated := good[:len(good)-20]
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"digest mismatch", badDigest},
+		{"truncated", truncated},
+		{"magic only", aggregatedMagic},
+		{"no records", aggregate()},
+		{"junk body", append(append([]byte{}, aggregatedMagic...), "\x0a\x01x0123456789abcdef"...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := deaggregate(tc.data)
+			require.True(t, errors.Is(err, errMalformedAggregate), "err = %v", err)
+		})
+	}
+}
+
+func FuzzDeaggregate(f *testing.F) {
+	f.Add(aggregate([2]string{"k", "v"}))
+	f.Add(aggregate([2]string{"a", "1"}, [2]string{"b", "2"}))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		subs, err := deaggregate(data)
+		if err == nil && len(subs) == 0 {
+			t.Fatal("a valid aggregate with no records")
+		}
+	})
+}
+
+// TestAggregatedRecordsDelivered: a KPL aggregate arrives as its user records, sharing the
+// aggregate's sequence number; the checkpoint passes the aggregate only once every one of them
+// is handled, so a restart never skips part of it.
+func TestAggregatedRecordsDelivered(t *testing.T) {
+	s := newStream(t, 1)
+	store := lease.NewMemory()
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
+	before := s.put("k", []byte("plain"))
+	aggSeq := s.put("k", aggregate([2]string{"alice", "a1"}, [2]string{"bob", "b1"}, [2]string{"alice", "a2"}))
+	got := recv(t, sub, 4, false)
+	require.Equal(t, []string{"plain", "a1", "b1", "a2"}, payloads(got))
+	require.Equal(t, []string{"k", "alice", "bob", "alice"}, []string{got[0].PartitionKey(), got[1].PartitionKey(), got[2].PartitionKey(), got[3].PartitionKey()})
+	for i, m := range got[1:] {
+		require.Equal(t, aggSeq, m.SequenceNumber())
+		require.Equal(t, i, m.SubSequenceNumber())
+	}
+	ctx := context.Background()
+	for _, m := range got[:3] {
+		require.NoError(t, m.Ack(ctx))
+	}
+	require.NoError(t, sub.Commit(ctx))
+	shard := got[0].ShardID()
+	require.Equal(t, before, readLease(t, store, s.name, shard).Checkpoint, "part of the aggregate is unhandled")
+	require.NoError(t, got[3].Ack(ctx))
+	require.NoError(t, sub.Commit(ctx))
+	require.Equal(t, aggSeq, readLease(t, store, s.name, shard).Checkpoint)
+}
