@@ -75,7 +75,7 @@ func TestFenceRetractsHeldDelivery(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("nothing delivered after the fence")
 	}
-	if n := s.outstanding.Load(); n != 1 {
-		t.Fatalf("outstanding = %d, want 1 (the retracted delivery is not counted)", n)
+	if n := w.handedOut.Load(); n != 1 {
+		t.Fatalf("handed out = %d, want 1 (the retracted delivery is not counted)", n)
 	}
 }

@@ -36,6 +36,7 @@ const (
 	leasePoll           = time.Second // the longest wait before a released lease is noticed
 	tipSkew             = 5 * time.Second
 	claimParallel       = 8 // lease writes in flight at once while claiming
+	handBackDrain       = 2 * time.Second
 )
 
 // Subscriber reads every shard of one stream that it holds a lease for and delivers the
@@ -59,8 +60,6 @@ type Subscriber struct {
 	readers  sync.WaitGroup // coordinator and readers
 	keepers  sync.WaitGroup // lease keepers and publisher
 	watchers sync.WaitGroup
-
-	outstanding atomic.Int64 // handed to the consumer, not yet settled
 
 	mu        sync.Mutex
 	closed    bool
@@ -340,7 +339,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	s.fencePublisher(context.Background())
 
 	// Let what the consumer holds settle, within the caller's deadline.
-	for s.outstanding.Load() > 0 && ctx.Err() == nil {
+	for handedOut(ws) > 0 && ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
 		case <-time.After(5 * time.Millisecond):
@@ -374,6 +373,15 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	s.errMu.Unlock()
 	s.closeErr = errors.Join(errs...)
 	close(s.done)
+}
+
+// handedOut counts the deliveries of ws that the consumer holds and has not settled.
+func handedOut(ws []*worker) int64 {
+	var n int64
+	for _, w := range ws {
+		n += w.handedOut.Load()
+	}
+	return n
 }
 
 // fail ends the subscription with a fatal error.
@@ -438,13 +446,13 @@ func (s *Subscriber) publish() {
 			page = nil
 			continue
 		}
-		s.outstanding.Add(1)
+		m.shard.handedOut.Add(1)
 		select {
 		case s.out <- m:
 			page = page[1:]
 		case ack := <-s.fence:
 			// The loop re-checks the gate before the next send.
-			s.outstanding.Add(-1)
+			m.shard.handedOut.Add(-1)
 			if ack == nil {
 				return
 			}
@@ -986,6 +994,7 @@ type worker struct {
 	written string                 // newest checkpoint in the store as far as this worker knows
 	shown   atomic.Pointer[string] // written, for Shards, which must not wait on a write
 
+	handedOut   atomic.Int64 // handed to the consumer, not yet settled
 	waitingRoom atomic.Bool
 	room        chan struct{}
 
@@ -1138,7 +1147,7 @@ func (w *worker) stopKeeper() { w.stopOnce.Do(func() { close(w.keeperStop) }) }
 // settle records the consumer's verdict on m.
 func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
 	s := w.sub
-	s.outstanding.Add(-1)
+	w.handedOut.Add(-1)
 	if !handled {
 		return nil
 	}
@@ -1223,11 +1232,19 @@ func (w *worker) retire(ctx context.Context) error {
 
 // handBack stops reading the shard and releases its lease after a final checkpoint, for
 // balancing. Deliveries not yet handed out are dropped; the next owner reads them again.
+// Those handed out get up to handBackDrain to be settled first.
 func (w *worker) handBack() {
 	s := w.sub
 	w.gate.Add(1)
 	w.cancelRead()
 	<-w.readerDone
+	// Let the consumer settle what it holds from this shard, so that the next owner resumes
+	// after it rather than delivering it again. The lease is still renewed meanwhile.
+	if s.fencePublisher(context.Background()) == nil {
+		for deadline := time.Now().Add(handBackDrain); w.handedOut.Load() > 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.requestTimeout)
 	defer cancel()
 	if err := w.retire(ctx); err != nil {
