@@ -75,6 +75,14 @@ type Store interface {
 	Release(ctx context.Context, key, owner string) error
 	// List returns every lease in the store.
 	List(ctx context.Context) ([]Lease, error)
+	// Delete removes the lease, whoever holds it, provided its counter still equals counter
+	// (as observed by Read or List). It returns false when the counter changed or the lease is
+	// absent. A deleted lease is absent: Read returns a zero Lease, an owner's writes report
+	// false, and a later Acquire starts it afresh (counter 1, no checkpoint). Counters only grow
+	// while a lease exists, so delete a key only once nobody acts on a counter observed
+	// before: kinesub deletes the leases of shards gone from the stream and of owners gone
+	// from the table.
+	Delete(ctx context.Context, key string, counter int64) (bool, error)
 }
 
 // ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, or a
