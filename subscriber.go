@@ -67,6 +67,8 @@ type Subscriber struct {
 	workers   map[string]*worker
 	shards    map[string]shardInfo
 	listed    bool
+	listedAt  time.Time            // when s.shards was listed
+	gone      map[string]time.Time // finished shard → first listing that lacked it (cleanup)
 	finished  map[string]bool
 	waiting   map[string]string // shard → parent it waits for
 	installed *install
@@ -495,7 +497,7 @@ func (s *Subscriber) coordinate() {
 			return
 		case <-syncT.C:
 			s.syncShards(ctx)
-			s.claim(ctx, false)
+			s.cleanup(ctx, s.claim(ctx, false))
 		case <-claimT.C:
 			s.claim(ctx, false)
 		case <-s.wake:
@@ -524,6 +526,7 @@ func (s *Subscriber) syncShards(ctx context.Context) {
 	s.mu.Lock()
 	s.shards = shards
 	s.listed = true
+	s.listedAt = time.Now()
 	if s.installed != nil && s.installed.epoch == 1 && len(s.installed.known) == 0 && s.cfg.startAt != nil {
 		for id := range shards {
 			s.installed.known[id] = true
@@ -634,13 +637,14 @@ func (s *Subscriber) blockingParent(v *view, id string, atTip bool) string {
 }
 
 // claim takes free and expired leases up to this subscriber's fair share and, when balance is
-// set, steals one lease from the most loaded owner if this one holds too few.
-func (s *Subscriber) claim(ctx context.Context, balance bool) {
+// set, steals one lease from the most loaded owner if this one holds too few. It returns the
+// round's view, or nil when the shards or the leases could not be read.
+func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	s.mu.Lock()
 	listed := s.listed
 	s.mu.Unlock()
 	if !listed {
-		return
+		return nil
 	}
 	v, err := s.look(ctx)
 	if err != nil {
@@ -648,7 +652,7 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) {
 			s.log.Warn("list leases failed", "err", err)
 			s.report(fmt.Errorf("kinesub: list leases: %w", err))
 		}
-		return
+		return nil
 	}
 	n, k := len(v.readable), len(v.owners)
 	mine := v.owners[s.cfg.owner]
@@ -691,6 +695,7 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) {
 		s.shed(v, n, k, mine)
 		s.steal(ctx, v, n, k, mine)
 	}
+	return v
 }
 
 // shed hands back, cleanly, the leases this subscriber holds beyond its fair share
