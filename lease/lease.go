@@ -33,7 +33,8 @@ const (
 
 // Lease is one shard's lease as stored.
 type Lease struct {
-	// Key names the leased thing; kinesub uses "<stream name>/<shard id>".
+	// Key names the leased thing; kinesub uses "<stream name>/<shard id>" for shards and
+	// "<stream name>/~owner/<owner>" for each subscriber's heartbeat.
 	Key string
 	// Owner is the current holder, empty when nobody holds the lease (never taken, or released).
 	Owner string
