@@ -57,12 +57,20 @@
 //
 // # Several instances
 //
-// Subscribers that share a lease table share the stream's shards. Each one takes free and
-// expired leases up to its fair share (shards ÷ live owners, an owner being live while it
-// holds an unexpired lease), hands back cleanly what it holds beyond that share, and steals
-// one lease a balance round from the most loaded owner while it holds fewer. A subscriber whose
-// lease was taken over learns it on its next renewal and stops reading that shard only.
-// Shards reports what this instance sees of each shard.
+// Subscribers that share a lease table share the stream's shards. Each one keeps a heartbeat
+// row in the table ("<stream>/~owner/<owner>", a lease renewed every TTL/3 and deleted at
+// Close): an owner is live while its heartbeat row is unexpired, or while it holds an
+// unexpired shard lease. Each subscriber takes free and expired leases up to its fair share
+// (shards ÷ live owners, rounded up) and hands back cleanly what it holds beyond that share,
+// at once when an owner joins and every balance round otherwise, so a new or restarted
+// instance gets its share without stealing. It steals one lease a balance round from the
+// most loaded owner while it holds fewer than its share and that owner will not shed (it has
+// no live heartbeat). A subscriber whose lease was taken over learns it on its next renewal
+// and stops reading that shard only. Shards reports what this instance sees of each shard.
+//
+// Rows nobody needs are deleted: the leases of shards read to their end and trimmed from the
+// stream by the service (after the retention period), and the heartbeat rows of owners that
+// crashed, ten lease TTLs after they expired.
 //
 // # Positions and seeking
 //

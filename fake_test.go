@@ -39,6 +39,7 @@ type fakeShard struct {
 	id      string
 	parent  string
 	closed  bool
+	trimmed bool // past the retention period: no longer listed nor readable
 	records []types.Record
 }
 
@@ -106,9 +107,16 @@ func (f *fakeStream) split(i int) int {
 	return len(f.shards) - 1
 }
 
+// trim drops closed shard i as the service does once the retention period has passed.
+func (f *fakeStream) trim(i int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.shards[i].trimmed = true
+}
+
 func (f *fakeStream) shard(id string) *fakeShard {
 	for _, sh := range f.shards {
-		if sh.id == id {
+		if sh.id == id && !sh.trimmed {
 			return sh
 		}
 	}
@@ -142,6 +150,9 @@ func (f *fakeStream) ListShards(ctx context.Context, in *kinesis.ListShardsInput
 	}
 	out := &kinesis.ListShardsOutput{}
 	for _, sh := range f.shards {
+		if sh.trimmed {
+			continue
+		}
 		s := types.Shard{
 			ShardId:             aws.String(sh.id),
 			HashKeyRange:        &types.HashKeyRange{StartingHashKey: aws.String("0"), EndingHashKey: aws.String("1")},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,14 +21,15 @@ func dynamoStore(t *testing.T) *lease.DynamoDB {
 	return table
 }
 
-// split counts the live leases of stream per owner, sorted descending.
+// split counts the live shard leases of stream per owner, sorted descending.
 func split(t *testing.T, store lease.Store, stream string) []int {
 	t.Helper()
 	ls, err := store.List(context.Background())
 	require.NoError(t, err)
 	per := map[string]int{}
 	for _, l := range ls {
-		if l.Held(time.Now()) && len(l.Key) > len(stream) && l.Key[:len(stream)+1] == stream+"/" {
+		id, ok := strings.CutPrefix(l.Key, stream+"/")
+		if ok && !strings.Contains(id, "/") && l.Held(time.Now()) { // not a heartbeat row
 			per[l.Owner]++
 		}
 	}

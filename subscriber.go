@@ -66,12 +66,16 @@ type Subscriber struct {
 	workers   map[string]*worker
 	shards    map[string]shardInfo
 	listed    bool
+	listedAt  time.Time // when s.shards was listed
 	finished  map[string]bool
 	waiting   map[string]string // shard → parent it waits for
 	installed *install
 	applied   map[string]uint64 // shard → install epoch its reader opened at
 	epoch     uint64
 	leases    map[string]lease.Lease // by shard id, as the last round read them
+	gone      map[string]time.Time   // finished shard → first listing that lacked it (cleanup)
+
+	live map[string]bool // owners live in the coordinator's previous claim round
 
 	errMu      sync.Mutex
 	errsClosed bool
@@ -346,10 +350,15 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		}
 	}
 
-	// Write checkpoints and hand the leases back, even when ctx has ended.
+	// Write checkpoints and hand the leases back, even when ctx has ended. The heartbeat goes
+	// first: until the leases are released they count this owner live anyway, and once they
+	// are, peers take them all in one round.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.cfg.requestTimeout)
 	defer cancel()
 	var errs []error
+	if err := s.dropHeartbeat(wctx); err != nil {
+		errs = append(errs, err)
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, w := range ws {
@@ -487,19 +496,24 @@ func (s *Subscriber) coordinate() {
 	syncT := time.NewTicker(s.cfg.shardSyncInterval)
 	claimT := time.NewTicker(claimEvery)
 	balanceT := time.NewTicker(s.cfg.balanceInterval)
+	beatT := time.NewTicker(s.cfg.leaseTTL / 3)
 	defer syncT.Stop()
 	defer claimT.Stop()
 	defer balanceT.Stop()
+	defer beatT.Stop()
 	ctx := s.runCtx
+	s.beat(ctx)
 	s.syncShards(ctx)
 	s.claim(ctx, false)
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-beatT.C:
+			s.beat(ctx)
 		case <-syncT.C:
 			s.syncShards(ctx)
-			s.claim(ctx, false)
+			s.cleanup(ctx, s.claim(ctx, false))
 		case <-claimT.C:
 			s.claim(ctx, false)
 		case <-s.wake:
@@ -528,6 +542,7 @@ func (s *Subscriber) syncShards(ctx context.Context) {
 	s.mu.Lock()
 	s.shards = shards
 	s.listed = true
+	s.listedAt = time.Now()
 	if s.installed != nil && s.installed.epoch == 1 && len(s.installed.known) == 0 && s.cfg.startAt != nil {
 		for id := range shards {
 			s.installed.known[id] = true
@@ -572,6 +587,7 @@ func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, erro
 type view struct {
 	now      time.Time
 	leases   map[string]lease.Lease // by shard id
+	beats    map[string]lease.Lease // heartbeat rows by owner
 	readable []string               // shards that may be read now: not finished, parents done
 	owners   map[string]int         // live owner → readable shards it holds
 }
@@ -584,12 +600,19 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &view{now: time.Now(), leases: make(map[string]lease.Lease), owners: map[string]int{s.cfg.owner: 0}}
+	v := &view{now: time.Now(), leases: make(map[string]lease.Lease), beats: make(map[string]lease.Lease),
+		owners: map[string]int{s.cfg.owner: 0}}
 	prefix := s.stream + "/"
 	for _, l := range all {
-		if id, ok := strings.CutPrefix(l.Key, prefix); ok {
-			v.leases[id] = l
+		id, ok := strings.CutPrefix(l.Key, prefix)
+		if !ok {
+			continue
 		}
+		if owner, ok := ownerOf(id); ok {
+			v.beats[owner] = l
+			continue
+		}
+		v.leases[id] = l
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -616,6 +639,12 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 			v.owners[l.Owner]++
 		}
 	}
+	// An owner whose heartbeat is live counts though it holds no shard yet.
+	for _, l := range v.beats {
+		if _, counted := v.owners[l.Owner]; !counted && l.Held(v.now) {
+			v.owners[l.Owner] = 0
+		}
+	}
 	return v, nil
 }
 
@@ -638,13 +667,14 @@ func (s *Subscriber) blockingParent(v *view, id string, atTip bool) string {
 }
 
 // claim takes free and expired leases up to this subscriber's fair share and, when balance is
-// set, steals one lease from the most loaded owner if this one holds too few.
-func (s *Subscriber) claim(ctx context.Context, balance bool) {
+// set, steals one lease from the most loaded owner if this one holds too few. It returns the
+// round's view, or nil when the shards or the leases could not be read.
+func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	s.mu.Lock()
 	listed := s.listed
 	s.mu.Unlock()
 	if !listed {
-		return
+		return nil
 	}
 	v, err := s.look(ctx)
 	if err != nil {
@@ -652,7 +682,7 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) {
 			s.log.Warn("list leases failed", "err", err)
 			s.report(fmt.Errorf("kinesub: list leases: %w", err))
 		}
-		return
+		return nil
 	}
 	n, k := len(v.readable), len(v.owners)
 	mine := v.owners[s.cfg.owner]
@@ -691,15 +721,29 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) {
 	wg.Wait()
 	mine += int(taken.Load())
 	v.owners[s.cfg.owner] = mine
-	if balance {
+	// An owner that just became live is handed its share now rather than at the next balance
+	// round.
+	joined := false
+	for o := range v.owners {
+		joined = joined || !s.live[o]
+	}
+	s.live = make(map[string]bool, len(v.owners))
+	for o := range v.owners {
+		s.live[o] = true
+	}
+	if balance || joined {
 		s.shed(v, n, k, mine)
+	}
+	if balance {
 		s.steal(ctx, v, n, k, mine)
 	}
+	return v
 }
 
 // shed hands back, cleanly, the leases this subscriber holds beyond its fair share
 // (ceil(n/k)) once other owners are live: checkpoint written, lease released, so a peer takes
-// each at once and resumes exactly after what was acked, instead of stealing it later.
+// each at once and resumes exactly after what was acked, instead of stealing it later. Leases
+// still being handed back from an earlier round count as gone.
 func (s *Subscriber) shed(v *view, n, k, mine int) {
 	fair := (n + k - 1) / k
 	if k < 2 || mine <= fair {
@@ -707,14 +751,20 @@ func (s *Subscriber) shed(v *view, n, k, mine int) {
 	}
 	s.mu.Lock()
 	var mineNow []*worker
+	leaving := 0
 	for _, id := range v.readable {
-		if w := s.workers[id]; w != nil && !w.lost.Load() && !w.ended.Load() {
+		switch w := s.workers[id]; {
+		case w == nil || w.lost.Load() || w.ended.Load():
+		case w.leaving.Load():
+			leaving++
+		default:
 			mineNow = append(mineNow, w)
 		}
 	}
 	s.mu.Unlock()
 	rand.Shuffle(len(mineNow), func(i, j int) { mineNow[i], mineNow[j] = mineNow[j], mineNow[i] })
-	for _, w := range mineNow[:min(mine-fair, len(mineNow))] {
+	for _, w := range mineNow[:max(min(mine-leaving-fair, len(mineNow)), 0)] {
+		w.leaving.Store(true)
 		s.keepers.Add(1)
 		go func() {
 			defer s.keepers.Done()
@@ -726,6 +776,8 @@ func (s *Subscriber) shed(v *view, n, k, mine int) {
 // steal takes one lease from the most loaded live owner when this subscriber holds fewer than
 // its share: below floor(n/k), or at it while another owner holds two or more above it. The
 // takeover is conditional on the counter observed, so a lease that moved meanwhile is left.
+// An owner above the ceiling whose heartbeat is live is left alone: it sheds its excess itself,
+// cleanly, by its next balance round.
 func (s *Subscriber) steal(ctx context.Context, v *view, n, k, mine int) {
 	floor := n / k
 	victim, most := "", 0
@@ -735,6 +787,9 @@ func (s *Subscriber) steal(ctx context.Context, v *view, n, k, mine int) {
 		}
 	}
 	if victim == "" || !(mine < floor && most > floor || mine == floor && most >= floor+2) {
+		return
+	}
+	if most > (n+k-1)/k && v.beats[victim].Held(v.now) {
 		return
 	}
 	var candidates []string
@@ -1010,6 +1065,7 @@ type worker struct {
 	stopOnce   sync.Once
 	lost       atomic.Bool
 	ended      atomic.Bool // read to SHARD_END and checkpointed
+	leaving    atomic.Bool // being handed back for balance
 	lastRenew  atomic.Int64
 
 	millisBehind atomic.Int64

@@ -40,6 +40,7 @@ type dynamoAPI interface {
 	UpdateItem(ctx context.Context, params *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	Scan(ctx context.Context, params *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	DeleteItem(ctx context.Context, params *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
 var _ dynamoAPI = (*dynamodb.Client)(nil)
@@ -50,8 +51,8 @@ var _ dynamoAPI = (*dynamodb.Client)(nil)
 // The table has a string partition key named lease_key; EnsureTable creates it. Each item
 // holds lease_owner (absent while nobody holds the lease), lease_expiry (milliseconds since
 // the Unix epoch), lease_counter (the fencing token, bumped by every write) and checkpoint.
-// Every write is a single conditional UpdateItem, so the store needs no transactions; reads
-// are strongly consistent.
+// Every write is a single conditional UpdateItem (DeleteItem for Delete), so the store needs
+// no transactions; reads are strongly consistent.
 //
 // Expiry is computed from the local clock of the process that writes it and compared with
 // the local clock of the process that tries to take the lease over. The store therefore
@@ -61,7 +62,8 @@ var _ dynamoAPI = (*dynamodb.Client)(nil)
 //
 // Calls go through the client's retryer. Should a Steal be applied but its answer be lost,
 // the retry meets the bumped counter and reports false; the stolen lease then lapses after
-// its TTL.
+// its TTL. Likewise a Delete whose answer was lost reports false, the lease being gone all the
+// same.
 type DynamoDB struct {
 	api   dynamoAPI
 	table string
@@ -99,8 +101,8 @@ func (d *DynamoDB) checkTable() error {
 // string partition key lease_key.
 //
 // Where the table is managed elsewhere (infrastructure as code, or a role without
-// dynamodb:CreateTable), skip EnsureTable: the store then only needs GetItem, UpdateItem and
-// Scan.
+// dynamodb:CreateTable), skip EnsureTable: the store then only needs GetItem, UpdateItem,
+// DeleteItem and Scan.
 func (d *DynamoDB) EnsureTable(ctx context.Context) error {
 	if err := d.checkTable(); err != nil {
 		return err
@@ -232,6 +234,22 @@ func (d *DynamoDB) Release(ctx context.Context, key, owner string) error {
 	return err
 }
 
+// Delete implements Store, with one DeleteItem conditional on the counter (which an absent
+// item fails).
+func (d *DynamoDB) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	if err := d.check(key, "", 0, false, false); err != nil {
+		return false, err
+	}
+	_, err := d.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(d.table),
+		Key:                       map[string]types.AttributeValue{attrKey: str(key)},
+		ConditionExpression:       aws.String("#counter = :counter"),
+		ExpressionAttributeNames:  map[string]string{"#counter": attrCounter},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":counter": num(counter)},
+	})
+	return d.answer("delete", key, err)
+}
+
 // Read implements Store, with a strongly consistent read.
 func (d *DynamoDB) Read(ctx context.Context, key string) (Lease, error) {
 	if err := d.check(key, "", 0, false, false); err != nil {
@@ -309,6 +327,12 @@ func (d *DynamoDB) update(ctx context.Context, op, key, update, cond string, val
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
+	return d.answer(op, key, err)
+}
+
+// answer turns the error of a conditional write into its result: a failed condition reports
+// false.
+func (d *DynamoDB) answer(op, key string, err error) (bool, error) {
 	var failed *types.ConditionalCheckFailedException
 	switch {
 	case err == nil:

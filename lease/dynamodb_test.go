@@ -64,6 +64,7 @@ func TestDynamoDBTableNotFound(t *testing.T) {
 		{"Release", func() error { return s.Release(ctx, "k", "a") }},
 		{"Read", func() error { _, err := s.Read(ctx, "k"); return err }},
 		{"List", func() error { _, err := s.List(ctx); return err }},
+		{"Delete", func() error { _, err := s.Delete(ctx, "k", 1); return err }},
 	} {
 		t.Run(tc.op, func(t *testing.T) {
 			err := tc.call()
@@ -105,6 +106,7 @@ func TestDynamoDBEmptyTableName(t *testing.T) {
 		{"Release", func() error { return s.Release(ctx, "k", "a") }},
 		{"Read", func() error { _, err := s.Read(ctx, "k"); return err }},
 		{"List", func() error { _, err := s.List(ctx); return err }},
+		{"Delete", func() error { _, err := s.Delete(ctx, "k", 1); return err }},
 	} {
 		err := tc.call()
 		assert.ErrorIs(t, err, lease.ErrInvalidArgument, tc.op)

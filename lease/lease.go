@@ -33,7 +33,8 @@ const (
 
 // Lease is one shard's lease as stored.
 type Lease struct {
-	// Key names the leased thing; kinesub uses "<stream name>/<shard id>".
+	// Key names the leased thing; kinesub uses "<stream name>/<shard id>" for shards and
+	// "<stream name>/~owner/<owner>" for each subscriber's heartbeat.
 	Key string
 	// Owner is the current holder, empty when nobody holds the lease (never taken, or released).
 	Owner string
@@ -75,6 +76,14 @@ type Store interface {
 	Release(ctx context.Context, key, owner string) error
 	// List returns every lease in the store.
 	List(ctx context.Context) ([]Lease, error)
+	// Delete removes the lease, whoever holds it, provided its counter still equals counter
+	// (as observed by Read or List). It returns false when the counter changed or the lease is
+	// absent. A deleted lease is absent: Read returns a zero Lease, an owner's writes report
+	// false, and a later Acquire starts it afresh (counter 1, no checkpoint). Counters only grow
+	// while a lease exists, so delete a key only once nobody acts on a counter observed
+	// before: kinesub deletes the leases of shards gone from the stream and of owners gone
+	// from the table.
+	Delete(ctx context.Context, key string, counter int64) (bool, error)
 }
 
 // ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, or a

@@ -157,6 +157,24 @@ func (m *Memory) Release(ctx context.Context, key, owner string) error {
 	return nil
 }
 
+// Delete implements Store.
+func (m *Memory) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	if err := checkArgs(key, "", 0, false, false); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[key]
+	if !ok || l.Counter != counter {
+		return false, nil
+	}
+	delete(m.leases, key)
+	return true, nil
+}
+
 // List implements Store. Leases come sorted by key.
 func (m *Memory) List(ctx context.Context) ([]Lease, error) {
 	if err := ctx.Err(); err != nil {

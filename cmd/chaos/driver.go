@@ -415,7 +415,7 @@ type killEvent struct {
 	at    time.Time
 }
 
-// deadHolders counts leases whose owner is a killed incarnation.
+// deadHolders counts shard leases whose owner is a killed incarnation.
 func (r *run) deadHolders(ctx context.Context) (int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	ls, err := r.store.List(cctx)
@@ -433,7 +433,7 @@ func (r *run) deadHolders(ctx context.Context) (int, error) {
 	r.mu.Unlock()
 	n := 0
 	for _, l := range ls {
-		if dead[l.Owner] {
+		if _, shard := shardOf(l.Key, r.stream); shard && dead[l.Owner] {
 			n++
 		}
 	}
@@ -460,7 +460,7 @@ func (r *run) warmUp(ctx context.Context, pub *kinesub.Publisher) (int, error) {
 		}
 		done := map[string]bool{}
 		for _, l := range ls {
-			if id, ok := strings.CutPrefix(l.Key, r.stream+"/"); ok && l.Checkpoint != "" {
+			if id, ok := shardOf(l.Key, r.stream); ok && l.Checkpoint != "" {
 				done[id] = true
 			}
 		}

@@ -408,10 +408,9 @@ func verify(in verifyInput) (*Report, error) {
 	}
 
 	// After the survivors closed, every lease is released at its shard's newest record.
-	prefix := in.stream + "/"
 	seenShards := 0
 	for _, l := range in.final {
-		shard, ok := strings.CutPrefix(l.Key, prefix)
+		shard, ok := shardOf(l.Key, in.stream)
 		if !ok {
 			continue
 		}
@@ -427,6 +426,14 @@ func verify(in verifyInput) (*Report, error) {
 		bad("%d leases in the table for %d shards", seenShards, in.shards)
 	}
 	return rep, nil
+}
+
+// shardOf returns the shard id of a lease key of stream; false for any other row: another
+// stream's, or a subscriber's heartbeat row "<stream>/~owner/<owner>" (shard ids never contain
+// '/'), which a killed process leaves behind until a peer deletes it as stale.
+func shardOf(key, stream string) (string, bool) {
+	id, ok := strings.CutPrefix(key, stream+"/")
+	return id, ok && !strings.Contains(id, "/")
 }
 
 func keyIndex(key string) int {

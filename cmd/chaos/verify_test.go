@@ -77,7 +77,11 @@ func baseScenario() *scenario {
 		event(3000, "lease released", map[string]string{"shard_id": shard0})
 	return &scenario{
 		a: a, b: b,
-		final: []lease.Lease{{Key: testStream + "/" + shard0, Checkpoint: "13"}},
+		final: []lease.Lease{
+			{Key: testStream + "/" + shard0, Checkpoint: "13"},
+			// The killed process's heartbeat row, not yet deleted as stale: not a shard.
+			{Key: testStream + "/~owner/a", Owner: "a", Expiry: at(1400), Counter: 4},
+		},
 		kills: []killEvent{{owner: "a", at: at(400)}},
 	}
 }

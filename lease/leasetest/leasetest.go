@@ -56,6 +56,11 @@ func Run(t *testing.T, newStore func(t *testing.T) lease.Store) {
 		{"CountersOnlyGrow", testCountersOnlyGrow},
 		{"StealWithCurrentCounterFencesOldOwner", testSteal},
 		{"StaleStealFails", testStaleSteal},
+		{"DeleteWithCurrentCounter", testDelete},
+		{"StaleDeleteFails", testStaleDelete},
+		{"DeleteAbsent", testDeleteAbsent},
+		{"DeleteFencesHolder", testDeleteFencesHolder},
+		{"DeletedLeaseStartsAfresh", testDeletedLeaseStartsAfresh},
 		{"InvalidArguments", testInvalidArguments},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -363,6 +368,97 @@ func testStaleSteal(t *testing.T, s lease.Store) {
 	assert.True(t, renew(t, s, k, "a", long), "Renew after failed Steals")
 }
 
+func del(t *testing.T, s lease.Store, key string, counter int64) bool {
+	t.Helper()
+	ok, err := s.Delete(ctx(t), key, counter)
+	require.NoError(t, err, "Delete(%q, %d)", key, counter)
+	return ok
+}
+
+func list(t *testing.T, s lease.Store) map[string]lease.Lease {
+	t.Helper()
+	ls, err := s.List(ctx(t))
+	require.NoError(t, err)
+	byKey := map[string]lease.Lease{}
+	for _, l := range ls {
+		byKey[l.Key] = l
+	}
+	return byKey
+}
+
+func testDelete(t *testing.T, s lease.Store) {
+	k, other := key(t, "0"), key(t, "1")
+	require.True(t, acquire(t, s, k, "a", long))
+	require.True(t, checkpoint(t, s, k, "a", lease.ShardEnd))
+	release(t, s, k, "a")
+	require.True(t, acquire(t, s, other, "b", long))
+	before := read(t, s, other)
+
+	require.True(t, del(t, s, k, read(t, s, k).Counter), "Delete with the current counter")
+	assert.Equal(t, lease.Lease{Key: k}, read(t, s, k), "Read after Delete")
+	all := list(t, s)
+	assert.NotContains(t, all, k, "List after Delete")
+	assert.Equal(t, before, all[other], "Delete changed another lease")
+	assert.False(t, del(t, s, k, 0), "Delete of the deleted lease")
+}
+
+func testStaleDelete(t *testing.T, s lease.Store) {
+	k := key(t, "0")
+	require.True(t, acquire(t, s, k, "a", long))
+	seen := read(t, s, k).Counter
+	require.True(t, checkpoint(t, s, k, "a", lease.ShardEnd))
+	release(t, s, k, "a")
+	before := read(t, s, k)
+
+	assert.False(t, del(t, s, k, seen), "Delete with a stale counter")
+	assert.False(t, del(t, s, k, before.Counter+1), "Delete with a future counter")
+	assert.False(t, del(t, s, k, 0), "Delete with counter 0 of an existing lease")
+	assert.Equal(t, before, read(t, s, k), "a failed Delete changed the lease")
+	assert.True(t, acquire(t, s, k, "b", long), "Acquire after failed Deletes")
+	assert.Equal(t, lease.ShardEnd, read(t, s, k).Checkpoint)
+}
+
+func testDeleteAbsent(t *testing.T, s lease.Store) {
+	k := key(t, "0")
+	assert.False(t, del(t, s, k, 0), "Delete of an absent lease, counter 0")
+	assert.False(t, del(t, s, k, 1), "Delete of an absent lease, counter 1")
+	assert.Equal(t, lease.Lease{Key: k}, read(t, s, k), "a failed Delete created the lease")
+	assert.Empty(t, list(t, s), "a failed Delete created a lease")
+}
+
+// Delete does not ask who holds the lease: the holder is fenced, as by a Steal, and its
+// writes do not bring the lease back.
+func testDeleteFencesHolder(t *testing.T, s lease.Store) {
+	k := key(t, "0")
+	require.True(t, acquire(t, s, k, "a", long))
+	require.True(t, checkpoint(t, s, k, "a", "100"))
+	require.True(t, del(t, s, k, read(t, s, k).Counter), "Delete of a held lease")
+
+	assert.False(t, renew(t, s, k, "a", long), "Renew by the owner of a deleted lease")
+	assert.False(t, checkpoint(t, s, k, "a", "200"), "Checkpoint by the owner of a deleted lease")
+	release(t, s, k, "a")
+	assert.Equal(t, lease.Lease{Key: k}, read(t, s, k), "writes after Delete recreated the lease")
+}
+
+// A deleted key is acquired again from scratch: a new owner, counter 1, no checkpoint.
+func testDeletedLeaseStartsAfresh(t *testing.T, s lease.Store) {
+	k := key(t, "0")
+	require.True(t, acquire(t, s, k, "a", long))
+	require.True(t, checkpoint(t, s, k, "a", lease.ShardEnd))
+	release(t, s, k, "a")
+	old := read(t, s, k)
+	require.Greater(t, old.Counter, int64(1))
+	require.True(t, del(t, s, k, old.Counter))
+
+	require.True(t, acquire(t, s, k, "b", long), "Acquire of a deleted lease")
+	l := read(t, s, k)
+	assert.Equal(t, "b", l.Owner)
+	assert.Equal(t, int64(1), l.Counter, "counter of a lease acquired after Delete")
+	assert.Empty(t, l.Checkpoint, "checkpoint of a lease acquired after Delete")
+	assert.True(t, l.Held(time.Now()))
+	assert.False(t, acquire(t, s, k, "a", long), "Acquire by the old owner while b holds it")
+}
+
 func testInvalidArguments(t *testing.T, s lease.Store) {
 	k := key(t, "0")
 	c := ctx(t)
@@ -392,6 +488,7 @@ func testInvalidArguments(t *testing.T, s lease.Store) {
 		{"Release empty key", func() error { return s.Release(c, "", "a") }},
 		{"Release empty owner", func() error { return s.Release(c, k, "") }},
 		{"Read empty key", func() error { _, err := s.Read(c, ""); return err }},
+		{"Delete empty key", func() error { return boolCall(s.Delete(c, "", 0)) }},
 	} {
 		err := tc.call()
 		assert.ErrorIs(t, err, lease.ErrInvalidArgument, tc.name)

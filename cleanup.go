@@ -1,0 +1,94 @@
+package kinesub
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// cleanupGrace is how many shard-sync intervals a finished shard must have been missing from
+// the listing before its lease is deleted. A peer may still list the shard for up to one of
+// its own intervals, and a peer that lists a shard without a lease reads it again.
+const cleanupGrace = 3
+
+// cleanup deletes the lease rows of this stream that nobody needs any more:
+//
+//   - those of shards read to their end (SHARD_END), held by nobody, and gone from the listing
+//     for cleanupGrace shard-sync intervals. The service lists a closed shard until it is
+//     trimmed, after the retention period; once it is unlisted, its children no longer wait
+//     for it (see blockingParent), so its checkpoint gates nothing. A listed shard's lease is
+//     never deleted.
+//   - the heartbeat rows of other owners, released or expired for staleOwnerTTLs lease TTLs:
+//     owners that crashed, or closed without deleting their row.
+//
+// Every subscriber of the stream runs this after each shard-sync round, on the leases its
+// claim just read (v). Deletes are conditional on the counter seen there, so of several
+// subscribers one succeeds, and a row that changed meanwhile is left.
+func (s *Subscriber) cleanup(ctx context.Context, v *view) {
+	if v == nil {
+		return
+	}
+	type doomed struct {
+		shard, owner string // one of them: a shard's lease or an owner's heartbeat
+		counter      int64
+	}
+	var del []doomed
+	s.mu.Lock()
+	if s.gone == nil {
+		s.gone = make(map[string]time.Time)
+	}
+	for id := range s.gone {
+		if _, ok := v.leases[id]; !ok {
+			delete(s.gone, id)
+		}
+	}
+	for id, l := range v.leases {
+		if _, listed := s.shards[id]; listed || l.Checkpoint != lease.ShardEnd || l.Held(v.now) {
+			delete(s.gone, id)
+			continue
+		}
+		since, ok := s.gone[id]
+		if !ok {
+			s.gone[id] = s.listedAt
+			continue
+		}
+		if s.listedAt.Sub(since) >= cleanupGrace*s.cfg.shardSyncInterval {
+			del = append(del, doomed{shard: id, counter: l.Counter})
+		}
+	}
+	s.mu.Unlock()
+	for owner, l := range v.beats {
+		if owner != s.cfg.owner && !l.Held(v.now) && v.now.Sub(l.Expiry) >= staleOwnerTTLs*s.cfg.leaseTTL {
+			del = append(del, doomed{owner: owner, counter: l.Counter})
+		}
+	}
+
+	for _, d := range del {
+		key := s.leaseKey(d.shard)
+		if d.shard == "" {
+			key = s.leaseKey(ownerRowPrefix + d.owner)
+		}
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+		ok, err := s.cfg.store.Delete(cctx, key, d.counter)
+		cancel()
+		switch {
+		case err != nil && ctx.Err() != nil:
+			continue
+		case err != nil && d.shard != "":
+			s.report(&ShardError{Stream: s.stream, Shard: d.shard, Op: "DeleteLease", Err: err})
+			continue
+		case err != nil:
+			s.report(fmt.Errorf("kinesub: delete heartbeat of %s: %w", d.owner, err))
+			continue
+		case ok && d.shard != "":
+			s.log.Info("lease deleted: shard finished and gone from the stream", logShard, d.shard)
+		case ok:
+			s.log.Info("heartbeat of a departed owner deleted", "owner", d.owner)
+		}
+		s.mu.Lock()
+		delete(s.gone, d.shard)
+		s.mu.Unlock()
+	}
+}

@@ -1,0 +1,140 @@
+package kinesub
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// reading counts the shards sub reads.
+func reading(sub *Subscriber) int {
+	n := 0
+	for _, st := range sub.Shards() {
+		if st.State == ShardReading {
+			n++
+		}
+	}
+	return n
+}
+
+// TestHeartbeatRow: a subscriber's heartbeat row is held and renewed while it runs, is not a
+// shard, and is gone after Close; on both stores.
+func TestHeartbeatRow(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		store func(t *testing.T) lease.Store
+	}{
+		{"Memory", func(*testing.T) lease.Store { return lease.NewMemory() }},
+		{"DynamoDB", func(t *testing.T) lease.Store { return dynamoStore(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const name = "heartbeat"
+			store := tc.store(t)
+			f := newFakeStream(name, 2)
+			sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"))...)
+			key := name + "/~owner/a"
+			var first lease.Lease
+			eventually(t, 5*time.Second, "heartbeat row held", func() bool {
+				first = readLease(t, store, name, "~owner/a")
+				return first.Owner == "a" && first.Held(time.Now())
+			})
+			require.Equal(t, key, first.Key)
+			eventually(t, 5*time.Second, "both shards read", func() bool { return reading(sub) == 2 })
+
+			time.Sleep(2 * sub.cfg.leaseTTL)
+			l := readLease(t, store, name, "~owner/a")
+			require.True(t, l.Held(time.Now()), "heartbeat row lapsed: %+v", l)
+			require.True(t, l.Expiry.After(first.Expiry), "heartbeat row not renewed")
+			st := sub.Shards()
+			require.Len(t, st, 2, "Shards lists the heartbeat row")
+			for _, s := range st {
+				require.NotContains(t, s.ShardID, "/")
+			}
+
+			require.NoError(t, sub.Close(context.Background()))
+			require.Equal(t, lease.Lease{Key: key}, readLease(t, store, name, "~owner/a"), "heartbeat row left after Close")
+			for _, id := range []string{f.shards[0].id, f.shards[1].id} {
+				l := readLease(t, store, name, id)
+				require.Empty(t, l.Owner, "lease of %s after Close", id)
+				require.NotZero(t, l.Counter, "lease of %s deleted", id)
+			}
+		})
+	}
+}
+
+// TestHeartbeatCountsOwnerLive: an owner whose heartbeat row is held counts toward the fair
+// share though it holds no shard; one whose row expired does not. Rows of owners gone (released,
+// or expired for staleOwnerTTLs TTLs) are deleted; a held one is kept.
+func TestHeartbeatCountsOwnerLive(t *testing.T) {
+	const name = "liveness"
+	store := lease.NewMemory()
+	ctx := context.Background()
+	hb := func(owner string) string { return name + "/~owner/" + owner }
+	for owner, ttl := range map[string]time.Duration{"peer": time.Minute, "ghost": time.Millisecond, "gone": time.Minute} {
+		ok, err := store.Acquire(ctx, hb(owner), owner, ttl)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	require.NoError(t, store.Release(ctx, hb("gone"), "gone"))
+	ghostExpiry := readLease(t, store, name, "~owner/ghost").Expiry
+
+	f := newFakeStream(name, 6)
+	ttl := 100 * time.Millisecond
+	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithLeaseTTL(ttl))...)
+	// Live: sub and peer, so 3 each. Counting the expired ghost would make it 2.
+	eventually(t, 5*time.Second, "3 shards read", func() bool { return reading(sub) == 3 })
+	eventually(t, 5*time.Second, "the released row deleted", func() bool {
+		return readLease(t, store, name, "~owner/gone").Counter == 0
+	})
+	eventually(t, 5*time.Second, "the stale row deleted", func() bool {
+		return readLease(t, store, name, "~owner/ghost").Counter == 0
+	})
+	require.GreaterOrEqual(t, time.Since(ghostExpiry), staleOwnerTTLs*ttl, "ghost row deleted before it was stale")
+	require.Equal(t, 3, reading(sub), "share with one live peer")
+	require.Equal(t, "peer", readLease(t, store, name, "~owner/peer").Owner, "a held heartbeat row was deleted")
+	require.Len(t, sub.Shards(), 6)
+
+	// The peer leaves: its shards are free, and sub takes them.
+	require.NoError(t, store.Release(ctx, hb("peer"), "peer"))
+	eventually(t, 5*time.Second, "6 shards read", func() bool { return reading(sub) == 6 })
+}
+
+// stealCounter counts successful Steals.
+type stealCounter struct {
+	lease.Store
+	steals atomic.Int64
+}
+
+func (c *stealCounter) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	ok, err := c.Store.Steal(ctx, key, owner, counter, ttl)
+	if ok {
+		c.steals.Add(1)
+	}
+	return ok, err
+}
+
+// TestJoinerGetsShareWithoutSteal: an instance joining one that holds every shard gets its
+// share handed back at once, without a steal, though the holder's balance round is an hour
+// away and the joiner's comes every 50 ms.
+func TestJoinerGetsShareWithoutSteal(t *testing.T) {
+	f := newFakeStream("joiner", 8)
+	store := &stealCounter{Store: lease.NewMemory()}
+	a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithBalanceInterval(time.Hour))...)
+	eventually(t, 5*time.Second, "a reads 8", func() bool { return reading(a) == 8 })
+
+	start := time.Now()
+	b := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("b"), WithBalanceInterval(50*time.Millisecond))...)
+	eventually(t, 5*time.Second, "4/4", func() bool { return reading(a) == 4 && reading(b) == 4 })
+	t.Logf("b read its share %v after joining", time.Since(start))
+	require.Less(t, time.Since(start), 2*time.Second)
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		require.Equal(t, 4, reading(a), "the split flapped")
+		require.Equal(t, 4, reading(b), "the split flapped")
+	}
+	require.Zero(t, store.steals.Load(), "leases stolen")
+}
