@@ -127,10 +127,10 @@ func TestCheckpointEveryAdvance(t *testing.T) {
 	}
 }
 
-// TestSplitDuringConsumption splits the only shard while records flow: every record arrives,
-// and per key in publish order, because the children wait for the parent to drain.
-func TestSplitDuringConsumption(t *testing.T) {
-	s := newStream(t, 1)
+// consumeAcrossReshard publishes and consumes 300 records over 12 keys, reshards, then does
+// it again: every record arrives, per key in publish order without gaps, from all three shards.
+func consumeAcrossReshard(t *testing.T, s *stream, reshard func()) {
+	t.Helper()
 	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
 	s.publish(300, 12)
 	var oc orderChecker
@@ -139,52 +139,48 @@ func TestSplitDuringConsumption(t *testing.T) {
 		oc.see(t, m)
 		shards[m.ShardID()]++
 	}
-	parent := s.shardIDs()[0]
-	mid := new(big.Int).Lsh(big.NewInt(1), 127)
-	_, err := s.c.SplitShard(context.Background(), &kinesis.SplitShardInput{
-		StreamName: aws.String(s.name), ShardToSplit: aws.String(parent), NewStartingHashKey: aws.String(mid.String()),
-	})
-	require.NoError(t, err)
+	reshard()
 	testenv.WaitActive(t, s.c, s.name)
 	s.publish(300, 12)
 	for _, m := range recv(t, sub, 500, true) {
 		oc.see(t, m)
 		shards[m.ShardID()]++
 	}
-	require.Len(t, shards, 3, "records from the parent and both children: %v", shards)
+	require.Len(t, shards, 3, "records from the parents and the children: %v", shards)
 	for k, n := range oc.next {
 		require.Equal(t, 50, n, "key %s", k)
 	}
 	quiet(t, sub, 300*time.Millisecond)
 }
 
+// splitShard splits shard at the middle of its hash key range.
+func (s *stream) splitShard(shard string) {
+	s.t.Helper()
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	_, err := s.c.SplitShard(context.Background(), &kinesis.SplitShardInput{
+		StreamName: aws.String(s.name), ShardToSplit: aws.String(shard), NewStartingHashKey: aws.String(mid.String()),
+	})
+	require.NoError(s.t, err)
+}
+
+// TestSplitDuringConsumption splits the only shard while records flow: every record arrives,
+// and per key in publish order, because the children wait for the parent to drain.
+func TestSplitDuringConsumption(t *testing.T) {
+	s := newStream(t, 1)
+	consumeAcrossReshard(t, s, func() { s.splitShard(s.shardIDs()[0]) })
+}
+
 // TestMergeDuringConsumption merges two shards while records flow: the child waits for both
 // parents, ParentShardId and AdjacentParentShardId.
 func TestMergeDuringConsumption(t *testing.T) {
 	s := newStream(t, 2)
-	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
-	s.publish(300, 12)
-	var oc orderChecker
-	shards := map[string]int{}
-	for _, m := range recv(t, sub, 100, true) {
-		oc.see(t, m)
-		shards[m.ShardID()]++
-	}
-	ids := s.shardIDs()
-	_, err := s.c.MergeShards(context.Background(), &kinesis.MergeShardsInput{
-		StreamName: aws.String(s.name), ShardToMerge: aws.String(ids[0]), AdjacentShardToMerge: aws.String(ids[1]),
+	consumeAcrossReshard(t, s, func() {
+		ids := s.shardIDs()
+		_, err := s.c.MergeShards(context.Background(), &kinesis.MergeShardsInput{
+			StreamName: aws.String(s.name), ShardToMerge: aws.String(ids[0]), AdjacentShardToMerge: aws.String(ids[1]),
+		})
+		require.NoError(t, err)
 	})
-	require.NoError(t, err)
-	testenv.WaitActive(t, s.c, s.name)
-	s.publish(300, 12)
-	for _, m := range recv(t, sub, 500, true) {
-		oc.see(t, m)
-		shards[m.ShardID()]++
-	}
-	require.Len(t, shards, 3, "records from both parents and the child: %v", shards)
-	for k, n := range oc.next {
-		require.Equal(t, 50, n, "key %s", k)
-	}
 }
 
 // TestChildrenWaitForParents checks the gate itself: a child never delivers while a parent
@@ -193,11 +189,7 @@ func TestChildrenWaitForParents(t *testing.T) {
 	s := newStream(t, 1)
 	parent := s.shardIDs()[0]
 	s.publish(5, 1)
-	mid := new(big.Int).Lsh(big.NewInt(1), 127)
-	_, err := s.c.SplitShard(context.Background(), &kinesis.SplitShardInput{
-		StreamName: aws.String(s.name), ShardToSplit: aws.String(parent), NewStartingHashKey: aws.String(mid.String()),
-	})
-	require.NoError(t, err)
+	s.splitShard(parent)
 	testenv.WaitActive(t, s.c, s.name)
 	s.publish(20, 4)
 	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
