@@ -21,6 +21,15 @@ func NewMemory() *Memory {
 	return &Memory{leases: make(map[string]*Lease), now: time.Now}
 }
 
+// ready returns the argument error, else ctx's error: what every call checks before it
+// touches the store.
+func ready(ctx context.Context, argErr error) error {
+	if argErr != nil {
+		return argErr
+	}
+	return ctx.Err()
+}
+
 func checkArgs(key, owner string, ttl time.Duration, needOwner, needTTL bool) error {
 	switch {
 	case key == "":
@@ -44,10 +53,7 @@ func (m *Memory) get(key string) *Lease {
 
 // Acquire implements Store.
 func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := checkArgs(key, owner, ttl, true, true); err != nil {
-		return false, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
@@ -64,10 +70,7 @@ func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 
 // Steal implements Store.
 func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
-	if err := checkArgs(key, owner, ttl, true, true); err != nil {
-		return false, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
@@ -83,10 +86,7 @@ func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, tt
 
 // Renew implements Store.
 func (m *Memory) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := checkArgs(key, owner, ttl, true, true); err != nil {
-		return false, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
@@ -124,10 +124,7 @@ func (m *Memory) Checkpoint(ctx context.Context, key, owner, sequence string) (b
 
 // Read implements Store.
 func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
-	if err := checkArgs(key, "", 0, false, false); err != nil {
-		return Lease{}, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkArgs(key, "", 0, false, false)); err != nil {
 		return Lease{}, err
 	}
 	m.mu.Lock()
@@ -140,10 +137,7 @@ func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
 
 // Release implements Store.
 func (m *Memory) Release(ctx context.Context, key, owner string) error {
-	if err := checkArgs(key, owner, 0, true, false); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkArgs(key, owner, 0, true, false)); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -159,10 +153,7 @@ func (m *Memory) Release(ctx context.Context, key, owner string) error {
 
 // Delete implements Store.
 func (m *Memory) Delete(ctx context.Context, key string, counter int64) (bool, error) {
-	if err := checkArgs(key, "", 0, false, false); err != nil {
-		return false, err
-	}
-	if err := ctx.Err(); err != nil {
+	if err := ready(ctx, checkArgs(key, "", 0, false, false)); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
