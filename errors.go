@@ -31,6 +31,19 @@ var (
 	ErrLeaseLost = errors.New("kinesub: lease lost")
 	// ErrAlreadySettled is returned by a second Ack or Nack of the same Message.
 	ErrAlreadySettled = errors.New("kinesub: message already settled")
+	// ErrCheckpointRejected is reported (on Errors, in a ShardError) when Kinesis refuses to
+	// open a shard at its stored checkpoint: the checkpoint names a sequence number that is not
+	// of this stream, typically because the stream was deleted and re-created under the same
+	// name while the lease table kept the old checkpoints. The shard shows
+	// ShardCheckpointRejected in Shards and its reader retries. To resolve it, Seek the
+	// subscription (or the shard) to where the new stream should be read from, subscribe with
+	// WithStartAt, or use a new lease table.
+	ErrCheckpointRejected = errors.New("kinesub: Kinesis rejected the stored checkpoint (stream re-created? Seek, subscribe WithStartAt, or use a new lease table)")
+	// ErrSeekPending wraps the error of a Seek whose caller's context ended after the seek
+	// took effect: the shards named in the error are moved (nothing fetched before the seek
+	// is delivered, the watermark is reset) and their readers open the new position on their
+	// own. Any other Seek error leaves the shards it names where they were.
+	ErrSeekPending = errors.New("kinesub: seek applied, shard still reopening")
 )
 
 // ShardError is a failure of one operation on one shard. It is reported on Errors(); the
@@ -43,6 +56,9 @@ type ShardError struct {
 }
 
 func (e *ShardError) Error() string {
+	if e.Shard == "" {
+		return fmt.Sprintf("kinesub: %s %s: %v", e.Op, e.Stream, e.Err)
+	}
 	return fmt.Sprintf("kinesub: %s %s/%s: %v", e.Op, e.Stream, e.Shard, e.Err)
 }
 

@@ -61,8 +61,11 @@ func (m *Message) Position() Position { return AtSequence(m.ShardID(), m.sequenc
 // Ack marks the message handled. The shard's checkpoint may then advance over it: the
 // watermark moves over the contiguous handled prefix, and the shard's flusher writes it to the
 // lease store within the checkpoint interval (at once with WithCheckpointInterval(0), in which
-// case Ack returns after the write). Ack after the shard was sought or its lease lost is a
-// no-op. A second Ack or Nack returns ErrAlreadySettled.
+// case Ack returns after the write, and returns the write's error; the ack itself counts
+// either way, and a later flush writes it). Ack after the shard was sought or its lease lost
+// is a no-op. A second Ack or Nack returns ErrAlreadySettled; Ack or Nack once Close has
+// returned returns ErrClosed (what was not settled by then is delivered again, by this
+// subscriber or the shard's next owner).
 func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, true) }
 
 // Nack gives the message back. With requeue false the message is skipped: treated as handled.
@@ -72,6 +75,9 @@ func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, true) }
 func (m *Message) Nack(ctx context.Context, requeue bool) error { return m.settle(ctx, !requeue) }
 
 func (m *Message) settle(ctx context.Context, handled bool) error {
+	if m.shard != nil && m.shard.closed() {
+		return ErrClosed
+	}
 	if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
 		return ErrAlreadySettled
 	}

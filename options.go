@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"time"
 
 	"github.com/gostream/kinesub/lease"
@@ -27,6 +28,7 @@ type config struct {
 	logger             *slog.Logger
 	checkpointInterval time.Duration
 	maxInFlight        int
+	maxInFlightBytes   int
 	bufferPages        int
 	requestTimeout     time.Duration
 	balanceInterval    time.Duration // 0: 2 × leaseTTL
@@ -44,6 +46,7 @@ func defaultConfig() config {
 		leaseTTL:           10 * time.Second,
 		checkpointInterval: 5 * time.Second,
 		maxInFlight:        10000,
+		maxInFlightBytes:   64 << 20,
 		bufferPages:        4,
 		requestTimeout:     10 * time.Second,
 	}
@@ -59,6 +62,7 @@ const (
 	maxLeaseTTL    = time.Hour
 	maxCreate      = 10000
 	maxMaxInFlight = 10_000_000
+	maxInFlightMax = 1 << 40 // bytes
 	maxBufferPages = 10_000
 	minTimeout     = 10 * time.Millisecond
 	maxTimeout     = 5 * time.Minute
@@ -83,6 +87,8 @@ func (c *config) validate() error {
 		return optionError("WithCheckpointInterval", c.checkpointInterval, fmt.Sprintf("must be between 0 (every advance) and %v", maxInterval))
 	case c.maxInFlight < 1 || c.maxInFlight > maxMaxInFlight:
 		return optionError("WithMaxInFlight", c.maxInFlight, fmt.Sprintf("must be between 1 and %d", maxMaxInFlight))
+	case c.maxInFlightBytes < 1 || c.maxInFlightBytes > maxInFlightMax:
+		return optionError("WithMaxInFlightBytes", c.maxInFlightBytes, fmt.Sprintf("must be between 1 and %d (1 TiB)", maxInFlightMax))
 	case c.bufferPages < 0 || c.bufferPages > maxBufferPages:
 		return optionError("WithBufferPages", c.bufferPages, fmt.Sprintf("must be between 0 and %d", maxBufferPages))
 	case c.requestTimeout < minTimeout || c.requestTimeout > maxTimeout:
@@ -124,7 +130,7 @@ func defaultOwner() string {
 // table between processes that consume the same stream. nil is rejected.
 func WithLeaseStore(s lease.Store) Option {
 	return func(c *config) {
-		if s == nil {
+		if v := reflect.ValueOf(s); s == nil || v.Kind() == reflect.Pointer && v.IsNil() {
 			c.reject("WithLeaseStore", "nil", "must be a lease.Store")
 			return
 		}
@@ -205,6 +211,15 @@ func WithCheckpointInterval(d time.Duration) Option {
 // by roughly cap × (record size + about 250 bytes of bookkeeping) × owned shards whatever the
 // consumer does. Range 1 to 10000000.
 func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
+
+// WithMaxInFlightBytes caps the data of a shard's delivered-but-unsettled records (counted as
+// WithMaxInFlight counts them), overriding the default 64 MiB per shard. WithMaxInFlight alone
+// would let 10000 records of 1 MiB hold 10 GiB per shard. A reader fetches again only once at
+// most half of the cap is held, and asks for no more records than fit, estimated from the size
+// of those it fetched last, so a shard holds at most the cap plus one record in the steady
+// state, and the cap plus one GetRecords response (at most 10 MiB) when record sizes jump.
+// Range 1 to 1 TiB.
+func WithMaxInFlightBytes(n int) Option { return func(c *config) { c.maxInFlightBytes = n } }
 
 // WithBufferPages sets how many fetched pages (one GetRecords response each) wait, across all
 // shards, between the readers and Messages, overriding the default 4. Readers hand over whole

@@ -112,10 +112,11 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 		return nil, optionError("NewPublisher stream", fmt.Sprintf("%q", stream), "must be 1 to 128 characters of letters, digits, '_', '.' or '-'")
 	}
 	cfg := defaultPublisherConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d of NewPublisher is nil", ErrInvalidOption, i)
 		}
+		o(&cfg)
 	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -278,6 +279,10 @@ func prepareRecord(partitionKey string, data []byte, headers map[string]string) 
 	enc, err := encodeEnvelope(headers, data)
 	if err != nil {
 		return nil, err
+	}
+	if enc == nil {
+		// The service takes a record of no data; the SDK refuses a nil blob as missing.
+		enc = []byte{}
 	}
 	if n := len(enc) + len(partitionKey); n > maxRecordBytes {
 		return nil, fmt.Errorf("%d bytes of data, headers and partition key: must be at most %d (1 MiB)", n, maxRecordBytes)

@@ -222,9 +222,22 @@ type Seeker struct {
 // Once Seek returns nil, no record fetched before the seek is delivered from the moved shards,
 // and acks of earlier deliveries no longer move their checkpoints (the watermark is written
 // once more, then reset). Seek after Close returns ErrClosed.
+//
+// A Seek that returns an error leaves each shard either where it was or fully moved, and says
+// which: an error wrapping ErrSeekPending names a shard that is moved (nothing fetched before
+// the seek reaches the consumer) but whose reader had not reopened it when ctx ended; it
+// reopens on its own. Any other error means the shard it names was not moved, except for a
+// stream-wide seek's reader errors described above. A ctx already done when Seek is called
+// changes nothing.
 func (k *Seeker) Seek(ctx context.Context, p Position) error {
+	if k == nil || k.s == nil {
+		return fmt.Errorf("%w: nil Seeker: use Subscriber.Seeker", ErrInvalidOption)
+	}
 	if p.IsZero() {
 		return fmt.Errorf("%w: the zero Position", ErrInvalidPosition)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("kinesub: seek to %s not applied: %w", p, err)
 	}
 	if p.streamWide() {
 		return k.seekStream(ctx, p)
@@ -252,10 +265,12 @@ func (k *Seeker) seekStream(ctx context.Context, p Position) error {
 	moves := make([]move, 0, len(s.workers))
 	for id, w := range s.workers {
 		s.applied[id] = s.epoch
-		moves = append(moves, move{w, w.gate.Add(1)})
+		moves = append(moves, move{w, w.bump()})
 	}
 	s.mu.Unlock()
-	if err := s.fencePublisher(ctx); err != nil {
+	// From here the seek has taken effect: the publisher must drop what it holds whatever ctx
+	// does (it always answers at once, or has stopped).
+	if err := s.fencePublisher(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	errs := make([]error, len(moves))
@@ -303,10 +318,10 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 	out, err := s.client.GetShardIterator(cctx, p.iteratorInput(s.stream, p.shard), noRetry)
 	cancel()
 	if err != nil {
-		return &ShardError{Stream: s.stream, Shard: p.shard, Op: "Seek", Err: err}
+		return &ShardError{Stream: s.stream, Shard: p.shard, Op: "Seek", Err: fmt.Errorf("not moved: %w", err)}
 	}
-	gen := w.gate.Add(1)
-	if err := s.fencePublisher(ctx); err != nil {
+	gen := w.bump()
+	if err := s.fencePublisher(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	err = w.reposition(ctx, gen, p, out.ShardIterator)
@@ -315,7 +330,9 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 }
 
 // reposition writes the shard's watermark once more, resets it to generation gen, and hands
-// the reader its new position; it returns when the reader has reopened there.
+// the reader its new position; it returns when the reader has reopened there. Everything up to
+// the hand-over is done whatever ctx does, so the shard is always fully moved; ctx only bounds
+// the last write of the old watermark and the wait for the reader.
 func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *string) error {
 	if err := w.flush(ctx); err != nil {
 		w.sub.report(err)
@@ -351,6 +368,6 @@ func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *s
 		}
 		return ErrClosed
 	case <-ctx.Done():
-		return ctx.Err()
+		return &ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Seek", Err: fmt.Errorf("%w: %w", ErrSeekPending, ctx.Err())}
 	}
 }

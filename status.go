@@ -12,6 +12,17 @@ type ShardState string
 const (
 	// ShardReading: this subscriber holds the lease and reads the shard.
 	ShardReading ShardState = "reading"
+	// ShardStarting: this subscriber took the lease over from a live owner and waits until
+	// that owner has surely stopped reading before it reads (see WithLeaseTTL).
+	ShardStarting ShardState = "starting"
+	// ShardHandingBack: this subscriber holds more than its share and is handing the lease
+	// back: it no longer reads, lets what it delivered settle, checkpoints and releases.
+	ShardHandingBack ShardState = "handing-back"
+	// ShardCheckpointRejected: this subscriber holds the lease but Kinesis refuses to open the
+	// shard at its stored checkpoint, typically because the stream was deleted and re-created
+	// under the same name while the lease table kept the old stream's checkpoints. The reader
+	// retries; a Seek, WithStartAt, or a new lease table resolves it (ErrCheckpointRejected).
+	ShardCheckpointRejected ShardState = "checkpoint-rejected"
 	// ShardLeasedElsewhere: another live owner holds the lease.
 	ShardLeasedElsewhere ShardState = "leased-elsewhere"
 	// ShardWaitingForParent: a parent shard has not been read to its end yet.
@@ -34,6 +45,8 @@ type ShardStatus struct {
 	LastDelivered      string `json:"last_delivered,omitempty"`    // newest sequence number fetched
 	LastCheckpoint     string `json:"last_checkpoint,omitempty"`   // newest checkpoint written
 	InFlight           int    `json:"in_flight"`                   // delivered, not yet acked
+	InFlightBytes      int    `json:"in_flight_bytes"`             // data held toward WithMaxInFlightBytes
+	WaitingForAcks     bool   `json:"waiting_for_acks"`            // at a cap: reading waits for acks
 	MillisBehindLatest int64  `json:"millis_behind_latest"`        // from the last GetRecords
 	Throttled          bool   `json:"throttled"`                   // the last read was throttled
 	Checkpoints        int64  `json:"checkpoint_writes,omitempty"` // writes made by this reader
@@ -55,17 +68,28 @@ func (s *Subscriber) Shards() []ShardStatus {
 		}
 		switch w := s.workers[id]; {
 		case w != nil && !w.lost.Load():
-			st.State = ShardReading
+			switch {
+			case w.leaving.Load():
+				st.State = ShardHandingBack
+			case w.starting.Load():
+				st.State = ShardStarting
+			case w.rejected.Load():
+				st.State = ShardCheckpointRejected
+			default:
+				st.State = ShardReading
+			}
 			st.Owner = s.cfg.owner
 			w.mu.Lock()
 			st.LastDelivered = w.lastSeq
 			st.InFlight = w.wm.inFlight()
+			st.InFlightBytes = w.wm.bytes
 			w.mu.Unlock()
 			if p := w.shown.Load(); p != nil {
 				st.LastCheckpoint = *p
 			}
 			st.MillisBehindLatest = w.millisBehind.Load()
 			st.Throttled = w.throttled.Load()
+			st.WaitingForAcks = w.waitingRoom.Load()
 			st.Checkpoints = w.checkpoints.Load()
 		case s.finished[id]:
 			st.State = ShardFinished

@@ -56,6 +56,8 @@ type Subscriber struct {
 
 	runCtx   context.Context // ends when the subscription stops reading
 	stopRun  context.CancelFunc
+	bgCtx    context.Context // ends at Close's deadline: bounds every background store call
+	stopBg   context.CancelFunc
 	pubDone  chan struct{}  // closed when the publisher has returned
 	readers  sync.WaitGroup // coordinator and readers
 	keepers  sync.WaitGroup // lease keepers and publisher
@@ -114,7 +116,10 @@ func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts 
 
 func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, opts ...Option) (*Subscriber, error) {
 	cfg := defaultConfig()
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d of Subscribe is nil", ErrInvalidOption, i)
+		}
 		o(&cfg)
 	}
 	if err := checkStreamName(stream); err != nil {
@@ -153,6 +158,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		s.installed = &install{pos: *cfg.startAt, epoch: s.epoch, known: map[string]bool{}}
 	}
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
+	s.bgCtx, s.stopBg = context.WithCancel(context.Background())
 	s.keepers.Add(1)
 	go s.publish()
 	s.readers.Add(1)
@@ -290,17 +296,23 @@ func (s *Subscriber) Commit(ctx context.Context) error {
 // Seeker returns the Seeker that repositions this subscription.
 func (s *Subscriber) Seeker() *Seeker { return s.seeker }
 
-// Close stops reading, lets the deliveries already handed out settle until ctx ends (10s
-// when ctx has no deadline), writes every shard's checkpoint, releases every lease so that a
-// peer can take the shards at once, and closes Messages and Errors. It returns the errors of
-// the final checkpoint and release writes. Calling it again waits for the first call and
-// returns nil.
+// Close stops reading, lets the deliveries already handed out settle, writes every shard's
+// checkpoint, releases every lease so that a peer can take the shards at once, and closes
+// Messages and Errors. It returns by ctx's deadline (10s from the call when ctx has none):
+// the settling ends early enough to leave the final writes the request timeout, or half of
+// what is left, and writes still running at the deadline are abandoned. A ctx cancelled
+// without a deadline skips the settling but still writes. It returns the errors of the final
+// checkpoint and release writes, each a *ShardError naming the shard whose checkpoint or
+// release was not written (its deliveries since the last checkpoint are delivered again by the
+// next owner, which takes the shard once its lease expires if it was not released). Every call
+// returns the same result, including after the subscription stopped on its own (its ctx was
+// cancelled, or a fatal error).
 func (s *Subscriber) Close(ctx context.Context) error {
 	first := false
 	s.closeOnce.Do(func() { first = true })
 	if !first {
 		<-s.done
-		return nil
+		return s.closeErr
 	}
 	s.stop(ctx, nil)
 	s.watchers.Wait()
@@ -317,11 +329,18 @@ func (s *Subscriber) shutdown(ctx context.Context, cause error) {
 }
 
 func (s *Subscriber) stop(ctx context.Context, cause error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, defaultDrain)
-		defer cancel()
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(defaultDrain)
 	}
+	// Every store call still running at the deadline is abandoned, so Close returns by it.
+	abort := time.AfterFunc(time.Until(deadline), s.stopBg)
+	defer abort.Stop()
+	defer s.stopBg()
+	// The consumer may settle until only the final writes' share of the time is left.
+	reserve := min(s.cfg.requestTimeout, time.Until(deadline)/2)
+	drain, cancelDrain := context.WithDeadline(ctx, deadline.Add(-reserve))
+	defer cancelDrain()
 	s.mu.Lock()
 	s.closed = true
 	s.err = cause
@@ -338,22 +357,22 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	}
 	s.mu.Unlock()
 	for _, w := range ws {
-		w.gate.Add(1)
+		w.bump()
 	}
 	s.fencePublisher(context.Background())
 
 	// Let what the consumer holds settle, within the caller's deadline.
-	for handedOut(ws) > 0 && ctx.Err() == nil {
+	for handedOut(ws) > 0 && drain.Err() == nil {
 		select {
-		case <-ctx.Done():
+		case <-drain.Done():
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 
-	// Write checkpoints and hand the leases back, even when ctx has ended. The heartbeat goes
-	// first: until the leases are released they count this owner live anyway, and once they
-	// are, peers take them all in one round.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.cfg.requestTimeout)
+	// Write checkpoints and hand the leases back, even when ctx was cancelled, but not past its
+	// deadline. The heartbeat goes first: until the leases are released they count this owner
+	// live anyway, and once they are, peers take them all in one round.
+	wctx, cancel := context.WithDeadline(s.bgCtx, deadline)
 	defer cancel()
 	var errs []error
 	if err := s.dropHeartbeat(wctx); err != nil {
@@ -373,6 +392,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		}()
 	}
 	wg.Wait()
+	s.stopBg()     // whatever still writes (a hand-back, a finished shard's release) gives up now
 	s.fence <- nil // stops the publisher
 	<-s.pubDone
 	s.keepers.Wait()
@@ -818,6 +838,9 @@ func (s *Subscriber) owns(id string) bool {
 
 // take runs a lease write and, when it wins, starts the shard's reader.
 func (s *Subscriber) take(ctx context.Context, id string, stolen bool, write func(context.Context) (bool, error)) bool {
+	// The lease runs from when the store applies the write, which is after it was sent: count
+	// from the sending, so this owner's deadlines are never later than the store's.
+	acquired := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	ok, err := write(cctx)
 	cancel()
@@ -830,7 +853,6 @@ func (s *Subscriber) take(ctx context.Context, id string, stolen bool, write fun
 	if !ok {
 		return false
 	}
-	acquired := time.Now()
 	cctx, cancel = context.WithTimeout(ctx, s.cfg.requestTimeout)
 	l, err := s.cfg.store.Read(cctx, s.leaseKey(id))
 	cancel()
@@ -854,7 +876,7 @@ func (s *Subscriber) take(ctx context.Context, id string, stolen bool, write fun
 }
 
 func (s *Subscriber) releaseKey(id string) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.requestTimeout)
 	defer cancel()
 	if err := s.cfg.store.Release(ctx, s.leaseKey(id), s.cfg.owner); err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: id, Op: "Release", Err: err})
@@ -865,8 +887,8 @@ func (s *Subscriber) releaseKey(id string) {
 // position is chosen under the same lock that a stream-wide Seek installs under, so a reader
 // either opens at a new installed position or is moved by the seek.
 //
-// A stolen shard's reader waits one renew period first: the previous owner learns of the
-// takeover on its next renewal and stops, so the two never read the shard at once.
+// A stolen shard's reader waits stealWait first, so that the previous owner has stopped
+// reading, even one whose renewals fail or hang, and the two never read the shard at once.
 func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, stolen bool) bool {
 	s.mu.Lock()
 	if s.closed || s.workers[id] != nil {
@@ -877,26 +899,17 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 	w := newWorker(s, id, acquired)
 	w.setWritten(l.Checkpoint)
 	if stolen {
-		w.startDelay = s.cfg.leaseTTL / 3
+		w.startDelay = stealWait(s.cfg.leaseTTL)
+		w.starting.Store(true)
 	}
 	pos := s.startInput(id, l.Checkpoint)
-	w.start, w.startPos = pos.iteratorInput(s.stream, id), pos.String()
+	w.start, w.startPos, w.startCkpt = pos.iteratorInput(s.stream, id), pos.String(), pos.kind == posAfter
 	w.readCtx, w.cancelRead = context.WithCancel(s.runCtx)
 	s.workers[id] = w
 	delete(s.waiting, id)
 	s.mu.Unlock()
 	if l.Checkpoint == "" {
-		// Record where this first reader opens, so that the shard's next owner does not open at
-		// a later tip should this one stop before its first checkpoint.
-		if m := marker(pos); m != "" {
-			ctx, cancel := context.WithTimeout(s.runCtx, s.cfg.requestTimeout)
-			if _, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, m); err != nil {
-				s.report(&ShardError{Stream: s.stream, Shard: id, Op: "Checkpoint", Err: err})
-			} else {
-				w.setWritten(m)
-			}
-			cancel()
-		}
+		w.markAt = &pos // the reader records where it opened (see reader.mark)
 	}
 	w.log.Info("lease taken", "checkpoint", l.Checkpoint, "start", w.startPos)
 	s.readers.Add(1)
@@ -905,6 +918,14 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 	go w.run()
 	return true
 }
+
+// stealWait is how long a thief waits after stealing a lease before it reads the shard. The
+// victim's last successful renewal was sent before the thief read the lease's counter (a later
+// renewal would have changed it and failed the steal), and the victim stops reading at the
+// latest 2/3 TTL after sending it (renewDeadline), however its store calls fail. Both measure
+// elapsed time on their own monotonic clocks, so clock offsets between hosts do not matter;
+// the extra TTL/12 covers the victim's scheduling delay in stopping and clock rate drift.
+func stealWait(ttl time.Duration) time.Duration { return ttl*2/3 + ttl/12 }
 
 // startInput picks where a shard's new reader opens. An installed stream-wide position comes
 // first, once per shard; then the checkpoint (or a position marker a previous owner left); a
@@ -1035,6 +1056,8 @@ type worker struct {
 	log        *slog.Logger
 	start      *kinesis.GetShardIteratorInput
 	startPos   string
+	startCkpt  bool      // start is the stored checkpoint
+	markAt     *Position // the shard has no checkpoint: the reader records where it opens
 	startDelay time.Duration
 
 	gate atomic.Uint64 // current generation; deliveries stamped otherwise are stale
@@ -1045,9 +1068,9 @@ type worker struct {
 	dirty   bool   // wm.mark not yet written
 	lastSeq string // newest sequence number fetched in this generation
 
-	flushMu sync.Mutex
-	written string                 // newest checkpoint in the store as far as this worker knows
-	shown   atomic.Pointer[string] // written, for Shards, which must not wait on a write
+	flushSem chan struct{}          // held while a checkpoint write runs; waits end with ctx
+	written  string                 // newest checkpoint in the store as far as this worker knows
+	shown    atomic.Pointer[string] // written, for Shards, which must not wait on a write
 
 	handedOut   atomic.Int64 // handed to the consumer, not yet settled
 	waitingRoom atomic.Bool
@@ -1064,9 +1087,11 @@ type worker struct {
 	keeperDone chan struct{}
 	stopOnce   sync.Once
 	lost       atomic.Bool
-	ended      atomic.Bool // read to SHARD_END and checkpointed
-	leaving    atomic.Bool // being handed back for balance
-	lastRenew  atomic.Int64
+	ended      atomic.Bool  // read to SHARD_END and checkpointed
+	leaving    atomic.Bool  // being handed back for balance
+	lastRenew  atomic.Int64 // when the last successful renewal (or the acquiring write) was sent
+	starting   atomic.Bool  // waiting out a stolen lease's previous owner (stealWait)
+	rejected   atomic.Bool  // Kinesis refuses the stored checkpoint (ErrCheckpointRejected)
 
 	millisBehind atomic.Int64
 	throttled    atomic.Bool
@@ -1091,6 +1116,7 @@ func newWorker(s *Subscriber, id string, acquired time.Time) *worker {
 		log:        s.log.With(logShard, id),
 		room:       make(chan struct{}, 1),
 		seekNote:   make(chan struct{}, 1),
+		flushSem:   make(chan struct{}, 1),
 		readerDone: make(chan struct{}),
 		keeperStop: make(chan struct{}),
 		keeperDone: make(chan struct{}),
@@ -1121,13 +1147,21 @@ func (w *worker) keep() {
 	renew := time.NewTicker(s.cfg.leaseTTL / 3)
 	defer renew.Stop()
 	for {
+		// Reading must stop before the lease can lapse under it, whether renewals fail fast,
+		// hang, or are not even attempted in time.
+		expire := time.NewTimer(time.Until(w.renewDeadline()))
 		select {
 		case <-w.keeperStop:
+			expire.Stop()
 			return
 		case <-renew.C:
+			expire.Stop()
 			if !w.renew() {
 				return
 			}
+		case <-expire.C:
+			w.lose("not renewed in time")
+			return
 		}
 	}
 }
@@ -1142,7 +1176,7 @@ func (w *worker) flushEvery(d time.Duration) {
 		case <-w.keeperStop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout)
+			ctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.requestTimeout)
 			if err := w.flush(ctx); err != nil {
 				s.report(err)
 			}
@@ -1154,12 +1188,28 @@ func (w *worker) flushEvery(d time.Duration) {
 	}
 }
 
+// renewDeadline is when this owner must have stopped reading unless a renewal succeeds first:
+// 2/3 of the TTL after the last successful renewal was sent. The lease itself lasts the whole
+// TTL from when the store applied that renewal, so the reader stops at least TTL/3 before the
+// lease can be taken as expired, and a thief that stole it waits out this deadline (stealWait).
+func (w *worker) renewDeadline() time.Time {
+	return time.Unix(0, w.lastRenew.Load()).Add(w.sub.cfg.leaseTTL * 2 / 3)
+}
+
 // renew extends the lease; it reports false when the lease is lost: fenced by another owner,
-// or not renewed within its TTL, after which another owner may hold it.
+// or not renewed before renewDeadline. The call itself may run until that deadline and no
+// longer, so a hung store is noticed as soon as it matters.
 func (w *worker) renew() bool {
 	s := w.sub
-	ctx, cancel := context.WithTimeout(context.Background(), min(s.cfg.requestTimeout, s.cfg.leaseTTL/3))
+	deadline := w.renewDeadline()
+	if !time.Now().Before(deadline) {
+		w.lose("not renewed in time")
+		return false
+	}
+	ctx, cancel := context.WithDeadline(s.bgCtx, deadline)
 	defer cancel()
+	ctx, cancelReq := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	defer cancelReq()
 	before := time.Now()
 	ok, err := s.cfg.store.Renew(ctx, w.key, s.cfg.owner, s.cfg.leaseTTL)
 	switch {
@@ -1171,34 +1221,71 @@ func (w *worker) renew() bool {
 		return false
 	}
 	s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Renew", Err: err})
-	if time.Since(time.Unix(0, w.lastRenew.Load())) >= s.cfg.leaseTTL*2/3 {
+	if !time.Now().Before(deadline) {
 		w.lose("not renewed in time")
 		return false
 	}
 	return true
 }
 
-// lose stops the shard after its lease was lost: no further checkpoint, buffered deliveries
-// dropped. The new owner replays from the last checkpoint.
+// lose stops the shard after its lease was lost: no further checkpoint, and nothing more
+// delivered from it, not even the record the publisher holds. The new owner replays from the
+// last checkpoint.
 func (w *worker) lose(why string) {
 	if !w.lost.CompareAndSwap(false, true) {
 		return
 	}
-	w.gate.Add(1)
-	w.log.Info("lease lost", "why", why)
-	w.sub.report(&ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Lease", Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)})
+	w.bump()
 	w.cancelRead()
 	w.stopKeeper()
+	// The publisher re-checks the gate of the record it holds; it always answers at once, or
+	// has returned.
+	_ = w.sub.fencePublisher(context.Background())
+	w.log.Info("lease lost", "why", why)
+	w.sub.report(&ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Lease", Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)})
 }
 
-// setWritten records the newest checkpoint written; called with flushMu held (or before the
-// worker starts).
+// bump starts a new generation of the shard: every delivery stamped with an older one is stale
+// from now on and is dropped instead of handed out. It is the only place the gate moves.
+func (w *worker) bump() uint64 { return w.gate.Add(1) }
+
+// setWritten records the newest checkpoint written; called with the flush lock held (or
+// before the worker starts).
 func (w *worker) setWritten(seq string) {
 	w.written = seq
 	w.shown.Store(&seq)
 }
 
+// closed reports whether the subscription's Close has finished: its checkpoints are written
+// and its leases released, so a settlement can no longer count.
+func (w *worker) closed() bool {
+	select {
+	case <-w.sub.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (w *worker) stopKeeper() { w.stopOnce.Do(func() { close(w.keeperStop) }) }
+
+// lockFlush takes the right to write the shard's checkpoint, waiting no longer than ctx: a
+// write stuck on a hung store must not hold up Close or Commit past their deadlines.
+func (w *worker) lockFlush(ctx context.Context) error {
+	select {
+	case w.flushSem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case w.flushSem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (w *worker) unlockFlush() { <-w.flushSem }
 
 // settle records the consumer's verdict on m.
 func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
@@ -1218,7 +1305,7 @@ func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
 	}
 	// A waiting reader is woken only once the room it waits for is there (which includes every
 	// delivery settled, what a finishing reader waits for), not by every ack.
-	roomy := s.cfg.maxInFlight-w.wm.unsettled() >= s.refill()
+	roomy := w.hasRoom()
 	w.mu.Unlock()
 	if roomy && w.waitingRoom.Load() {
 		select {
@@ -1233,10 +1320,22 @@ func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
 }
 
 // flush writes the watermark to the lease store if it moved since the last write. A fenced
-// write stops the shard and is not an error: the new owner replays.
+// write stops the shard and is not an error: the new owner replays. The write runs under
+// ctx and the request timeout, whichever ends first.
 func (w *worker) flush(ctx context.Context) error {
-	w.flushMu.Lock()
-	defer w.flushMu.Unlock()
+	s := w.sub
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	defer cancel()
+	if err := w.lockFlush(ctx); err != nil {
+		w.mu.Lock()
+		pending := w.dirty && w.wm.mark != ""
+		w.mu.Unlock()
+		if !pending || w.lost.Load() {
+			return nil
+		}
+		return &ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: fmt.Errorf("another checkpoint write still runs: %w", err)}
+	}
+	defer w.unlockFlush()
 	if w.lost.Load() {
 		return nil
 	}
@@ -1247,7 +1346,6 @@ func (w *worker) flush(ctx context.Context) error {
 	if !dirty || mark == "" || mark == w.written {
 		return nil
 	}
-	s := w.sub
 	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, mark)
 	if err != nil {
 		w.mu.Lock()
@@ -1270,7 +1368,11 @@ func (w *worker) flush(ctx context.Context) error {
 // retire ends an owned shard at Close: final checkpoint, then release.
 func (w *worker) retire(ctx context.Context) error {
 	w.stopKeeper()
-	<-w.keeperDone
+	select {
+	case <-w.keeperDone:
+	case <-ctx.Done():
+		// A renewal or a flush still hangs; the writes below wait on the same deadline.
+	}
 	if w.lost.Load() || w.ended.Load() {
 		return nil
 	}
@@ -1291,17 +1393,26 @@ func (w *worker) retire(ctx context.Context) error {
 // Those handed out get up to handBackDrain to be settled first.
 func (w *worker) handBack() {
 	s := w.sub
-	w.gate.Add(1)
+	w.bump()
 	w.cancelRead()
 	<-w.readerDone
 	// Let the consumer settle what it holds from this shard, so that the next owner resumes
 	// after it rather than delivering it again. The lease is still renewed meanwhile.
-	if s.fencePublisher(context.Background()) == nil {
-		for deadline := time.Now().Add(handBackDrain); w.handedOut.Load() > 0 && time.Now().Before(deadline); {
-			time.Sleep(5 * time.Millisecond)
+	if s.fencePublisher(s.bgCtx) == nil {
+		t := time.NewTimer(handBackDrain)
+		defer t.Stop()
+	drain:
+		for w.handedOut.Load() > 0 {
+			select {
+			case <-t.C:
+				break drain
+			case <-s.bgCtx.Done():
+				break drain
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*s.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(s.bgCtx, 2*s.cfg.requestTimeout)
 	defer cancel()
 	if err := w.retire(ctx); err != nil {
 		s.report(err)
@@ -1317,12 +1428,15 @@ func (w *worker) run() {
 	defer close(w.readerDone)
 	defer w.cancelRead()
 	if w.startDelay > 0 {
+		t := time.NewTimer(w.startDelay)
 		select {
-		case <-time.After(w.startDelay):
+		case <-t.C:
 		case <-w.readCtx.Done():
 		}
+		t.Stop()
 	}
-	r := reader{w: w, ctx: w.readCtx, gen: w.gate.Load(), start: w.start}
+	w.starting.Store(false)
+	r := reader{w: w, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt}
 	finished := r.loop()
 	switch {
 	case finished:
@@ -1342,7 +1456,7 @@ func (w *worker) run() {
 // releaseFinished hands back the lease of a shard read to its end.
 func (w *worker) releaseFinished() {
 	s := w.sub
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.requestTimeout)
 	defer cancel()
 	if err := s.cfg.store.Release(ctx, w.key, s.cfg.owner); err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Release", Err: err})
@@ -1358,6 +1472,9 @@ type reader struct {
 	start   *kinesis.GetShardIteratorInput
 	iter    *string
 	attempt int
+	// fromCheckpoint: start is the stored checkpoint and the shard has not been opened yet.
+	fromCheckpoint bool
+	recordSize     int // mean size of the records last fetched, for the byte cap
 }
 
 // loop reads until the shard ends (true) or the reader must stop (false).
@@ -1399,6 +1516,9 @@ func (r *reader) loop() bool {
 		for i := range out.Records {
 			size += len(out.Records[i].Data)
 		}
+		if len(out.Records) > 0 {
+			r.recordSize = max(size/len(out.Records), 1)
+		}
 		if !r.deliver(out.Records) {
 			continue
 		}
@@ -1439,11 +1559,55 @@ func (r *reader) open() bool {
 	out, err := s.client.GetShardIterator(cctx, in, noRetry)
 	cancel()
 	if err != nil {
+		if r.fromCheckpoint && classify(r.ctx, err) == errRejected {
+			w.rejected.Store(true)
+			err = fmt.Errorf("%w (sequence number %s): %w", ErrCheckpointRejected, aws.ToString(in.StartingSequenceNumber), err)
+		}
 		r.failed("GetShardIterator", err)
 		return false
 	}
+	r.opened()
 	r.iter = out.ShardIterator
+	r.mark()
 	return true
+}
+
+// mark records, once, where the shard's first reader opened it, so that the shard's next
+// owner does not open at a later tip should this one stop before its first checkpoint. It is
+// written after the open and before the first read: a checkpoint in the store then always means
+// that records published from then on are read.
+func (r *reader) mark() {
+	w, s := r.w, r.w.sub
+	if w.markAt == nil {
+		return
+	}
+	m := marker(*w.markAt)
+	w.markAt = nil
+	if m == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
+	defer cancel()
+	if w.lockFlush(ctx) != nil {
+		return
+	}
+	defer w.unlockFlush()
+	if w.written != "" {
+		return
+	}
+	if _, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, m); err != nil {
+		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: err})
+		return
+	}
+	w.setWritten(m)
+}
+
+// opened notes that the shard was opened: whatever the stored checkpoint was, it is behind us.
+func (r *reader) opened() {
+	if r.fromCheckpoint {
+		r.fromCheckpoint = false
+		r.w.rejected.Store(false)
+	}
 }
 
 // failed handles a failed call: fatal, reopen, or back off and retry.
@@ -1502,7 +1666,7 @@ func (s *Subscriber) refill() int { return min(int(s.cfg.batchSize), max(s.cfg.m
 func (r *reader) waitRoom() bool {
 	w := r.w
 	return r.waitUntil(func() bool {
-		return w.gen != r.gen || w.sub.cfg.maxInFlight-w.wm.unsettled() >= w.sub.refill()
+		return w.gen != r.gen || w.hasRoom()
 	})
 }
 
@@ -1529,16 +1693,30 @@ func (r *reader) waitUntil(ok func() bool) bool {
 	}
 }
 
-// room returns how many more deliveries the shard may take before its cap: at least refill,
-// as only this reader adds deliveries and it calls room after waitRoom.
+// hasRoom reports whether the shard is far enough below both of its caps to fetch again: refill
+// deliveries below WithMaxInFlight, and at most half of WithMaxInFlightBytes held. Called with
+// w.mu held.
+func (w *worker) hasRoom() bool {
+	c := &w.sub.cfg
+	return c.maxInFlight-w.wm.unsettled() >= w.sub.refill() && w.wm.bytes <= c.maxInFlightBytes/2
+}
+
+// room returns how many more deliveries the shard may take before its caps: at least one, as
+// only this reader adds deliveries and it calls room after waitRoom. The byte cap is turned
+// into a count with the size of the records last fetched.
 func (r *reader) room() int {
 	w := r.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	c := &w.sub.cfg
 	if w.gen != r.gen {
-		return w.sub.cfg.maxInFlight
+		return c.maxInFlight
 	}
-	return max(w.sub.cfg.maxInFlight-w.wm.unsettled(), 1)
+	n := c.maxInFlight - w.wm.unsettled()
+	if r.recordSize > 0 {
+		n = min(n, (c.maxInFlightBytes-w.wm.bytes)/r.recordSize)
+	}
+	return max(n, 1)
 }
 
 // deliver tracks a batch in the watermark and sends it to the publisher. It reports false when
@@ -1565,7 +1743,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			if len(m.headers) == 0 {
 				m.headers = nil
 			}
-			m.index = w.wm.track(seq)
+			m.index = w.wm.track(seq, len(rec.Data))
 			msgs = append(msgs, m)
 			w.lastSeq = seq
 			continue
@@ -1573,7 +1751,7 @@ func (r *reader) deliver(records []types.Record) bool {
 		subs, err := deaggregate(rec.Data)
 		if err != nil {
 			// Reported, not delivered, and handled at once so that the shard moves on.
-			w.wm.settle(w.wm.track(seq))
+			w.wm.settle(w.wm.track(seq, 0))
 			w.dirty = true
 			w.lastSeq = seq
 			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
@@ -1591,7 +1769,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			if j == len(subs)-1 {
 				mark = seq
 			}
-			m.index = w.wm.track(mark)
+			m.index = w.wm.track(mark, len(sub.data))
 			msgs = append(msgs, m)
 		}
 		w.lastSeq = seq
@@ -1621,10 +1799,12 @@ func (r *reader) finish() bool {
 	if !r.waitUntil(func() bool { return w.wm.unsettled() == 0 }) {
 		return false
 	}
-	w.flushMu.Lock()
-	defer w.flushMu.Unlock()
 	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
 	defer cancel()
+	if w.lockFlush(ctx) != nil {
+		return false
+	}
+	defer w.unlockFlush()
 	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, lease.ShardEnd)
 	if err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: err})
@@ -1670,6 +1850,8 @@ func (r *reader) apply(cmd *seekCmd) {
 	r.gen = cmd.gen
 	r.start = cmd.pos.iteratorInput(s.stream, w.id)
 	r.attempt = 0
+	r.opened()
+	w.markAt = nil // the seek, not the first open, decides where the shard is read from
 	if cmd.iter != nil {
 		r.iter = cmd.iter
 		cmd.done <- nil

@@ -13,16 +13,19 @@ type watermark struct {
 	head    int    // pending[:head] were handled and popped (compacted lazily)
 	settled int    // handled deliveries still behind an unhandled one
 	mark    string // sequence number of the newest handled delivery of the prefix
+	bytes   int    // sizes of pending[head:], what unsettled counts
 }
 
 type slot struct {
 	seq     string
+	size    int
 	handled bool
 }
 
-// track registers a delivery of sequence seq and returns its index.
-func (w *watermark) track(seq string) uint64 {
-	w.pending = append(w.pending, slot{seq: seq})
+// track registers a delivery of sequence seq carrying size bytes and returns its index.
+func (w *watermark) track(seq string, size int) uint64 {
+	w.pending = append(w.pending, slot{seq: seq, size: size})
+	w.bytes += size
 	return w.base + uint64(len(w.pending)-1)
 }
 
@@ -43,6 +46,7 @@ func (w *watermark) settle(idx uint64) bool {
 	}
 	for w.head < len(w.pending) && w.pending[w.head].handled {
 		w.mark = w.pending[w.head].seq
+		w.bytes -= w.pending[w.head].size
 		w.pending[w.head] = slot{}
 		w.head++
 		if w.head-1 != i {

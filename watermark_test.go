@@ -25,7 +25,7 @@ func TestWatermark(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var w watermark
 			for i := range tc.tracked {
-				if got := w.track("s" + strconv.Itoa(i)); got != uint64(i) {
+				if got := w.track("s"+strconv.Itoa(i), 1); got != uint64(i) {
 					t.Fatalf("track %d returned index %d", i, got)
 				}
 			}
@@ -45,7 +45,7 @@ func TestWatermark(t *testing.T) {
 func TestWatermarkAdvanceReport(t *testing.T) {
 	var w watermark
 	for i := range 3 {
-		w.track(strconv.Itoa(i))
+		w.track(strconv.Itoa(i), 1)
 	}
 	if w.settle(1) {
 		t.Error("ack behind a hole reported an advance")
@@ -70,7 +70,7 @@ func TestWatermarkRandomOrder(t *testing.T) {
 	next := 0
 	for _, idx := range order {
 		for next <= idx { // deliveries are tracked before they can be acked
-			w.track(strconv.Itoa(next))
+			w.track(strconv.Itoa(next), 1)
 			next++
 		}
 		w.settle(uint64(idx))
@@ -97,7 +97,7 @@ func TestWatermarkRandomOrder(t *testing.T) {
 func TestWatermarkMemoryFollowsUnsettled(t *testing.T) {
 	var w watermark
 	for i := range 100000 {
-		w.settle(w.track(strconv.Itoa(i)))
+		w.settle(w.track(strconv.Itoa(i), 1))
 	}
 	if cap(w.pending) > 1024 {
 		t.Errorf("in-order acks kept %d slots", cap(w.pending))
