@@ -43,9 +43,18 @@
 // lease store (unless WithCheckpointInterval(0)); Commit forces the write.
 //
 // Nack(requeue=false) skips a message (it counts as handled); Nack(requeue=true) leaves it
-// unhandled, to be delivered again when the shard's lease is next taken. WithMaxInFlight caps
-// the unsettled messages per shard: a reader at the cap waits for acks, so memory stays
-// bounded whatever the consumer does.
+// unhandled, to be delivered again when the shard's lease is next taken. WithMaxInFlight and
+// WithMaxInFlightBytes cap the unsettled messages per shard, by count and by size: a reader at
+// a cap waits for acks, so memory stays bounded whatever the consumer does.
+//
+// # Partial failures
+//
+// Every call to Kinesis and to the lease store runs under WithRequestTimeout and the caller's
+// context. A reader whose lease could not be renewed stops before the lease can expire, and a
+// subscriber that steals a lease waits until its previous owner has stopped (WithLeaseTTL), so
+// no two subscribers read one shard at once. Close returns by its context's deadline and lists
+// what it could not write. A Seek that fails leaves each shard where it was or fully moved
+// (ErrSeekPending).
 //
 // # Ordering and resharding
 //

@@ -167,8 +167,13 @@ func WithShardSyncInterval(d time.Duration) Option {
 }
 
 // WithLeaseTTL sets how long a lease lives unless renewed, overriding the default 10s. Leases
-// are renewed every TTL/3 on their own schedule, whatever the consumer does. A subscriber that
-// dies holds its shards until their leases expire. Range 10ms to 1h.
+// are renewed every TTL/3 on their own schedule, whatever the consumer does. A reader whose
+// lease was not renewed within 2/3 TTL of the last successful renewal stops, however the lease
+// store fails (errors or hangs), so it has stopped before the lease can expire; a subscriber
+// that steals a lease for balance waits 3/4 TTL before reading it, so the two never read a shard
+// at once. Clock offsets between hosts do not matter to either rule; a host whose clock runs
+// more than TTL/3 ahead of the lease holder's may take an unrenewed lease as expired early. A
+// subscriber that dies holds its shards until their leases expire. Range 10ms to 1h.
 func WithLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL = d } }
 
 // WithCreateIfMissing makes Subscribe create the stream with the given number of shards

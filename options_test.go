@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/lease"
 )
 
 // noIO is a Kinesis client that fails the test on any call: options are checked first.
@@ -43,6 +44,10 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 		{WithLogger(nil), "WithLogger"},
 		{WithCheckpointInterval(-time.Second), "WithCheckpointInterval"},
 		{WithMaxInFlight(0), "WithMaxInFlight"},
+		{WithMaxInFlightBytes(0), "WithMaxInFlightBytes"},
+		{WithMaxInFlightBytes(1<<40 + 1), "WithMaxInFlightBytes"},
+		{WithLeaseStore((*lease.DynamoDB)(nil)), "WithLeaseStore"},
+		{WithLeaseStore((*lease.Memory)(nil)), "WithLeaseStore"},
 		{WithBufferPages(-1), "WithBufferPages"},
 		{WithRequestTimeout(time.Millisecond), "WithRequestTimeout"},
 		{WithRequestTimeout(time.Hour), "WithRequestTimeout"},

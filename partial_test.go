@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -430,5 +433,51 @@ func TestSeekPendingWhenCallerGivesUp(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		once.Do(func() { close(release) })
 		require.Equal(t, "r0", string((<-sub.Messages()).Data()), "the shard reads from the new position")
+	})
+}
+
+// TestNilArgumentsAreErrors: a nil Option to Subscribe or NewPublisher and a nil Seeker behind
+// SeekHandler are errors a caller can read, not panics.
+func TestNilArgumentsAreErrors(t *testing.T) {
+	_, err := subscribe(context.Background(), noIO{t: t}, "orders", WithOwner("a"), nil)
+	require.ErrorIs(t, err, ErrInvalidOption)
+	require.ErrorContains(t, err, "option 1")
+	_, err = newPublisher(noIO{t: t}, "orders", nil)
+	require.ErrorIs(t, err, ErrInvalidOption)
+
+	var nilSeeker *Seeker
+	require.ErrorIs(t, nilSeeker.Seek(context.Background(), Horizon()), ErrInvalidOption)
+	rec := httptest.NewRecorder()
+	SeekHandler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/seek", strings.NewReader("horizon")))
+	require.Equal(t, http.StatusInternalServerError, rec.Code)
+	require.Contains(t, rec.Body.String(), "nil Seeker")
+}
+
+// TestShardErrorOfStream: an error of the whole stream (ListShards) names the stream alone.
+func TestShardErrorOfStream(t *testing.T) {
+	err := &ShardError{Stream: "orders", Op: "ListShards", Err: errors.New("boom")}
+	require.Equal(t, "kinesub: ListShards orders: boom", err.Error())
+	err.Shard = "shardId-000000000001"
+	require.Equal(t, "kinesub: ListShards orders/shardId-000000000001: boom", err.Error())
+}
+
+// TestSettleAfterClose: once Close has returned, Ack and Nack say so (ErrClosed) instead of
+// pretending to count; during Close's drain they still count.
+func TestSettleAfterClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("late", 1)
+		store := lease.NewMemory()
+		sub, err := subscribe(context.Background(), f, "late", fakeOpts(WithLeaseStore(store), WithInitialPosition(Horizon()))...)
+		require.NoError(t, err)
+		seqs := f.add(0, time.Now(), "a", "b", "c")
+		a, b := <-sub.Messages(), <-sub.Messages()
+		closed := make(chan error)
+		go func() { closed <- sub.Close(context.Background()) }()
+		synctest.Wait() // Close waits for a and b to settle
+		require.NoError(t, a.Ack(context.Background()), "an ack during the drain counts")
+		require.NoError(t, <-closed)
+		require.Equal(t, seqs[0], readLease(t, store, "late", "shardId-000000000000").Checkpoint)
+		require.ErrorIs(t, b.Ack(context.Background()), ErrClosed)
+		require.ErrorIs(t, b.Nack(context.Background(), true), ErrClosed)
 	})
 }

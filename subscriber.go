@@ -1436,7 +1436,8 @@ func (w *worker) run() {
 		t.Stop()
 	}
 	w.starting.Store(false)
-	r := reader{w: w, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt}
+	// Until a response shows their size, records count as the largest the service takes.
+	r := reader{w: w, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt, recordSize: maxRecordBytes}
 	finished := r.loop()
 	switch {
 	case finished:
