@@ -481,3 +481,34 @@ func TestSettleAfterClose(t *testing.T) {
 		require.ErrorIs(t, b.Nack(context.Background(), true), ErrClosed)
 	})
 }
+
+// TestHandingBackShownInShards: while an instance hands a lease back for balance (letting what
+// its consumer holds settle first), Shards says so rather than "reading".
+func TestHandingBackShownInShards(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("handback", 2)
+		store := lease.NewMemory()
+		subA := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithInitialPosition(Horizon()))...)
+		f.add(0, time.Now(), "x")
+		f.add(1, time.Now(), "y")
+		held := []*Message{<-subA.Messages(), <-subA.Messages()} // not acked: the hand-back waits for them
+		subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("b"))...)
+		states := func() map[ShardState]int {
+			n := map[ShardState]int{}
+			for _, st := range subA.Shards() {
+				n[st.State]++
+			}
+			return n
+		}
+		for states()[ShardHandingBack] == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		require.Equal(t, map[ShardState]int{ShardHandingBack: 1, ShardReading: 1}, states())
+		for _, m := range held {
+			require.NoError(t, m.Ack(context.Background()))
+		}
+		for len(owned(subA)) != 1 {
+			time.Sleep(time.Millisecond)
+		}
+	})
+}
