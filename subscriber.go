@@ -1160,24 +1160,30 @@ func (w *worker) keep() {
 			w.flushEvery(s.cfg.checkpointInterval)
 		}()
 	}
+	// Reading must stop before the lease can lapse under it, whether renewals fail fast, hang,
+	// or a store call overstays its context: the deadline is kept by a timer of its own, which
+	// keep stops, or waits for, before it returns.
+	fired := make(chan struct{})
+	expire := time.AfterFunc(time.Until(w.renewDeadline()), func() {
+		defer close(fired)
+		w.lose("not renewed in time")
+	})
+	defer func() {
+		if !expire.Stop() {
+			<-fired
+		}
+	}()
 	renew := time.NewTicker(s.cfg.leaseTTL / 3)
 	defer renew.Stop()
 	for {
-		// Reading must stop before the lease can lapse under it, whether renewals fail fast,
-		// hang, or are not even attempted in time.
-		expire := time.NewTimer(time.Until(w.renewDeadline()))
 		select {
 		case <-w.keeperStop:
-			expire.Stop()
 			return
 		case <-renew.C:
-			expire.Stop()
-			if !w.renew() {
-				return
+			if !w.renew() || !expire.Stop() {
+				return // lost; or the deadline passed while the renewal ran, and lose ran
 			}
-		case <-expire.C:
-			w.lose("not renewed in time")
-			return
+			expire.Reset(time.Until(w.renewDeadline()))
 		}
 	}
 }
