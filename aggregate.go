@@ -8,6 +8,12 @@ import (
 	"fmt"
 )
 
+// aggregatedMagic starts every record that the Kinesis Producer Library aggregated.
+var aggregatedMagic = []byte{0xF3, 0x89, 0x9A, 0xC2}
+
+// isAggregated reports whether data is a KPL-aggregated record.
+func isAggregated(data []byte) bool { return bytes.HasPrefix(data, aggregatedMagic) }
+
 // A record aggregated by the Kinesis Producer Library (KPL) is the magic bytes F3 89 9A C2, a
 // protobuf AggregatedRecord, and the MD5 digest of that protobuf:
 //

@@ -3,16 +3,11 @@ package kinesub
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 )
-
-// ErrInvalidHeader is wrapped by the error for a header that the envelope cannot carry: an empty
-// name, a name containing ':' or '\n', or a value containing '\n'.
-var ErrInvalidHeader = errors.New("kinesub: invalid header")
 
 // The header envelope is shared with the Rust implementation, so both sides must agree on every
 // byte. A record with headers is
@@ -25,12 +20,6 @@ const (
 	envelopeMagic  = "RSK1"
 	envelopePrefix = len(envelopeMagic) + 4 // magic and block length
 )
-
-// aggregatedMagic starts every record that the Kinesis Producer Library aggregated.
-var aggregatedMagic = []byte{0xF3, 0x89, 0x9A, 0xC2}
-
-// isAggregated reports whether data is a KPL-aggregated record.
-func isAggregated(data []byte) bool { return bytes.HasPrefix(data, aggregatedMagic) }
 
 // encodeEnvelope returns the record data that carries headers and payload. With no headers it
 // returns payload itself (not a copy), unless payload would be misread as an envelope: then it

@@ -44,6 +44,14 @@ var (
 	// is delivered, the watermark is reset) and their readers open the new position on their
 	// own. Any other Seek error leaves the shards it names where they were.
 	ErrSeekPending = errors.New("kinesub: seek applied, shard still reopening")
+	// ErrInvalidRecord is wrapped by the error for a record that Kinesis would refuse: a partition
+	// key that is not 1 to 256 characters of valid UTF-8, a header the envelope cannot carry (the
+	// error also wraps ErrInvalidHeader), or more than 1 MiB of data, envelope and partition key.
+	// Publish and PublishBatch check every record before sending anything.
+	ErrInvalidRecord = errors.New("kinesub: invalid record")
+	// ErrInvalidHeader is wrapped by the error for a header that the envelope cannot carry: an empty
+	// name, a name containing ':' or '\n', or a value containing '\n'.
+	ErrInvalidHeader = errors.New("kinesub: invalid header")
 )
 
 // ShardError is a failure of one operation on one shard. It is reported on Errors(); the

@@ -6,17 +6,17 @@ import (
 	"time"
 )
 
-// newGateHarness builds just the publisher side of a Subscriber: deliveries pushed into s.in
+// newGateHarness builds just the dispatcher side of a Subscriber: deliveries pushed into s.in
 // come out of Messages unless their stamp is stale.
 func newGateHarness(t *testing.T) *Subscriber {
 	s := &Subscriber{
 		in:      make(chan []Message, 16),
 		out:     make(chan *Message),
 		fence:   make(chan chan struct{}),
-		pubDone: make(chan struct{}),
+		dispatchDone: make(chan struct{}),
 	}
 	s.keepers.Add(1)
-	go s.publish()
+	go s.dispatch()
 	t.Cleanup(func() {
 		s.fence <- nil
 		s.keepers.Wait()
@@ -55,15 +55,15 @@ func TestGateDropsStaleStamps(t *testing.T) {
 	}
 }
 
-// TestFenceRetractsHeldDelivery: the publisher may already hold a delivery, waiting for the
+// TestFenceRetractsHeldDelivery: the dispatcher may already hold a delivery, waiting for the
 // consumer, when a seek bumps the gate; the fence makes it re-check and drop it.
 func TestFenceRetractsHeldDelivery(t *testing.T) {
 	s := newGateHarness(t)
 	w := &worker{id: "shard-1"}
 	s.in <- []Message{{shard: w, gen: 0, data: []byte("pre-seek")}, {shard: w, gen: 0, data: []byte("pre-seek too")}}
-	time.Sleep(20 * time.Millisecond) // the publisher now holds it
+	time.Sleep(20 * time.Millisecond) // the dispatcher now holds it
 	w.gate.Add(1)
-	if err := s.fencePublisher(context.Background()); err != nil {
+	if err := s.fenceDispatch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	s.in <- []Message{{shard: w, gen: 1, data: []byte("post-seek")}}

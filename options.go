@@ -244,3 +244,31 @@ func WithRequestTimeout(d time.Duration) Option {
 func WithBalanceInterval(d time.Duration) Option {
 	return func(c *config) { c.balanceInterval = d }
 }
+
+// WithStartAt opens every shard at p, ahead of any stored checkpoint: exactly a stream-wide
+// Seek at the instant the subscription opens. It is a replay tool: every shard this subscriber
+// opens for the first time opens at p, including shards it takes over from a peer later. To
+// choose only where a new application starts, use WithInitialPosition. p must be stream-wide.
+func WithStartAt(p Position) Option {
+	return streamWideOption("WithStartAt", p, func(c *config) { c.startAt = &p })
+}
+
+// WithInitialPosition sets where a shard that has no checkpoint yet opens, overriding the
+// default Latest (the tip): Horizon() makes a new application read everything retained. Shards
+// with a checkpoint resume after it, and children of a shard read to its end here always open
+// at their oldest record. The first reader of a shard records where it opened, so a later
+// owner opens there too. p must be stream-wide.
+func WithInitialPosition(p Position) Option {
+	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
+}
+
+// streamWideOption applies set when p is stream-wide, and rejects p otherwise.
+func streamWideOption(name string, p Position, set func(*config)) Option {
+	return func(c *config) {
+		if !p.streamWide() {
+			c.reject(name, p, "must be a stream-wide position: Horizon(), Latest() or AtTimestamp(t)")
+			return
+		}
+		set(c)
+	}
+}

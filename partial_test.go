@@ -293,7 +293,7 @@ func TestHungStoreStopsReaderBeforeExpiry(t *testing.T) {
 	})
 }
 
-// TestLostLeaseDropsHeldRecord: the publisher holds a record for a consumer that is not
+// TestLostLeaseDropsHeldRecord: the dispatcher holds a record for a consumer that is not
 // receiving when the lease is taken over. Once ErrLeaseLost is reported, that record must not
 // reach the consumer: the new owner delivers it.
 func TestLostLeaseDropsHeldRecord(t *testing.T) {
@@ -307,7 +307,7 @@ func TestLostLeaseDropsHeldRecord(t *testing.T) {
 		for sub.Shards()[0].InFlight == 0 {
 			time.Sleep(time.Millisecond)
 		}
-		synctest.Wait() // the publisher now waits to hand "a" over
+		synctest.Wait() // the dispatcher now waits to hand "a" over
 		l := readLease(t, store, "held", "shardId-000000000000")
 		ok, err := store.Steal(context.Background(), l.Key, "thief", l.Counter, time.Hour)
 		require.NoError(t, err)

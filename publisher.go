@@ -16,12 +16,6 @@ import (
 	"github.com/gostream/kinesub/internal/kinesisiface"
 )
 
-// ErrInvalidRecord is wrapped by the error for a record that Kinesis would refuse: a partition
-// key that is not 1 to 256 characters of valid UTF-8, a header the envelope cannot carry (the
-// error also wraps ErrInvalidHeader), or more than 1 MiB of data, envelope and partition key.
-// Publish and PublishBatch check every record before sending anything.
-var ErrInvalidRecord = errors.New("kinesub: invalid record")
-
 // Limits the service puts on what one PutRecord or PutRecords call carries.
 const (
 	maxPartitionKey = 256     // characters
@@ -108,8 +102,8 @@ func NewPublisher(client *kinesis.Client, stream string, opts ...PublisherOption
 
 // newPublisher takes the interface, so tests can put a fake in front of the publisher.
 func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherOption) (*Publisher, error) {
-	if !validStreamName(stream) {
-		return nil, optionError("NewPublisher stream", fmt.Sprintf("%q", stream), "must be 1 to 128 characters of letters, digits, '_', '.' or '-'")
+	if err := checkStreamName("NewPublisher", stream); err != nil {
+		return nil, err
 	}
 	cfg := defaultPublisherConfig()
 	for i, o := range opts {
@@ -122,13 +116,6 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 		return nil, err
 	}
 	return &Publisher{client: client, stream: stream, cfg: cfg}, nil
-}
-
-func validStreamName(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	return strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == ""
 }
 
 // Publish writes one record with PutRecord and returns its sequence number. headers may be nil.

@@ -4,201 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"strings"
 	"sync"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
-
-type positionKind uint8
-
-const (
-	posInvalid positionKind = iota
-	posHorizon
-	posLatest
-	posTimestamp
-	posSequence
-	posAfter // just after a checkpointed sequence number; internal
-)
-
-// Position is a place in a stream to read from: stream-wide (Horizon, Latest, AtTimestamp) or
-// in one shard (AtSequence). It is a comparable value; the zero Position is invalid.
-type Position struct {
-	kind     positionKind
-	unixNano int64 // posTimestamp
-	shard    string
-	sequence string
-}
-
-// Horizon is the oldest record each shard retains (TRIM_HORIZON). Stream-wide.
-func Horizon() Position { return Position{kind: posHorizon} }
-
-// Latest is the tip of each shard: only records published after the reader opens there.
-// Stream-wide.
-func Latest() Position { return Position{kind: posLatest} }
-
-// AtTimestamp is each shard's first record that arrived at or after t. Stream-wide. Times
-// outside the years 1678 to 2262 (what a Position can hold) are clamped to that range.
-func AtTimestamp(t time.Time) Position {
-	switch {
-	case t.Before(minPositionTime):
-		t = minPositionTime
-	case t.After(maxPositionTime):
-		t = maxPositionTime
-	}
-	return Position{kind: posTimestamp, unixNano: t.UnixNano()}
-}
-
-var (
-	minPositionTime = time.Unix(0, math.MinInt64)
-	maxPositionTime = time.Unix(0, math.MaxInt64)
-)
-
-// AtSequence is exactly the record with this sequence number on this shard, and the records
-// after it. Shard-scoped.
-func AtSequence(shard, sequence string) Position {
-	return Position{kind: posSequence, shard: shard, sequence: sequence}
-}
-
-// IsZero reports whether p is the zero (invalid) Position.
-func (p Position) IsZero() bool { return p.kind == posInvalid }
-
-// Shard returns the shard of a shard-scoped position, and "" for a stream-wide one.
-func (p Position) Shard() string { return p.shard }
-
-// streamWide reports whether p applies to every shard.
-func (p Position) streamWide() bool {
-	return p.kind == posHorizon || p.kind == posLatest || p.kind == posTimestamp
-}
-
-// String renders p as ParsePosition reads it: "horizon", "latest",
-// "timestamp:2026-12-02T10:00:00Z" (RFC 3339, UTC) or "sequence:<shard>:<sequence number>".
-func (p Position) String() string {
-	switch p.kind {
-	case posHorizon:
-		return "horizon"
-	case posLatest:
-		return "latest"
-	case posTimestamp:
-		return "timestamp:" + time.Unix(0, p.unixNano).UTC().Format(time.RFC3339Nano)
-	case posSequence:
-		return "sequence:" + p.shard + ":" + p.sequence
-	case posAfter:
-		return "after:" + p.sequence
-	}
-	return "invalid"
-}
-
-// ParsePosition reads the String form of a Position. Anything else is an error wrapping
-// ErrInvalidPosition that says what was expected.
-func ParsePosition(s string) (Position, error) {
-	bad := func(why string) (Position, error) {
-		return Position{}, fmt.Errorf("%w %q: %s", ErrInvalidPosition, s, why)
-	}
-	s0 := strings.TrimSpace(s)
-	switch {
-	case s0 == "horizon":
-		return Horizon(), nil
-	case s0 == "latest":
-		return Latest(), nil
-	case strings.HasPrefix(s0, "timestamp:"):
-		t, err := time.Parse(time.RFC3339Nano, s0[len("timestamp:"):])
-		if err != nil {
-			return bad("want timestamp:<RFC 3339 time>, e.g. timestamp:2026-12-02T10:00:00Z")
-		}
-		// AtTimestamp keeps nanoseconds since 1970 in an int64; outside its range the time
-		// would wrap around to another instant.
-		if t.Before(time.Unix(0, math.MinInt64)) || t.After(time.Unix(0, math.MaxInt64)) {
-			return bad("timestamp must be between 1678 and 2262")
-		}
-		return AtTimestamp(t), nil
-	case strings.HasPrefix(s0, "sequence:"):
-		rest := s0[len("sequence:"):]
-		i := strings.LastIndexByte(rest, ':')
-		if i <= 0 || i == len(rest)-1 {
-			return bad("want sequence:<shard id>:<sequence number>")
-		}
-		shard, seq := rest[:i], rest[i+1:]
-		if !validShardID(shard) {
-			return bad("shard id must be 1 to 128 characters of letters, digits, '_', '.' or '-'")
-		}
-		if len(seq) > 128 || strings.Trim(seq, "0123456789") != "" {
-			return bad("sequence number must be 1 to 128 decimal digits")
-		}
-		return AtSequence(shard, seq), nil
-	}
-	return bad("want horizon, latest, timestamp:<RFC 3339 time> or sequence:<shard id>:<sequence number>")
-}
-
-func validShardID(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
-
-// iteratorInput builds the GetShardIterator request that opens shard at p.
-func (p Position) iteratorInput(stream, shard string) *kinesis.GetShardIteratorInput {
-	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(stream), ShardId: aws.String(shard)}
-	switch p.kind {
-	case posHorizon:
-		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
-	case posTimestamp:
-		in.ShardIteratorType = types.ShardIteratorTypeAtTimestamp
-		in.Timestamp = aws.Time(time.Unix(0, p.unixNano))
-	case posSequence:
-		in.ShardIteratorType = types.ShardIteratorTypeAtSequenceNumber
-		in.StartingSequenceNumber = aws.String(p.sequence)
-	case posAfter:
-		in.ShardIteratorType = types.ShardIteratorTypeAfterSequenceNumber
-		in.StartingSequenceNumber = aws.String(p.sequence)
-	default:
-		in.ShardIteratorType = types.ShardIteratorTypeLatest
-	}
-	return in
-}
-
-// afterSequence opens shard just after a checkpointed sequence number.
-func afterSequence(stream, shard, seq string) *kinesis.GetShardIteratorInput {
-	return Position{kind: posAfter, sequence: seq}.iteratorInput(stream, shard)
-}
-
-// WithStartAt opens every shard at p, ahead of any stored checkpoint: exactly a stream-wide
-// Seek at the instant the subscription opens. It is a replay tool: every shard this subscriber
-// opens for the first time opens at p, including shards it takes over from a peer later. To
-// choose only where a new application starts, use WithInitialPosition. p must be stream-wide.
-func WithStartAt(p Position) Option {
-	return streamWideOption("WithStartAt", p, func(c *config) { c.startAt = &p })
-}
-
-// WithInitialPosition sets where a shard that has no checkpoint yet opens, overriding the
-// default Latest (the tip): Horizon() makes a new application read everything retained. Shards
-// with a checkpoint resume after it, and children of a shard read to its end here always open
-// at their oldest record. The first reader of a shard records where it opened, so a later
-// owner opens there too. p must be stream-wide.
-func WithInitialPosition(p Position) Option {
-	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
-}
-
-// streamWideOption applies set when p is stream-wide, and rejects p otherwise.
-func streamWideOption(name string, p Position, set func(*config)) Option {
-	return func(c *config) {
-		if !p.streamWide() {
-			c.reject(name, p, "must be a stream-wide position: Horizon(), Latest() or AtTimestamp(t)")
-			return
-		}
-		set(c)
-	}
-}
 
 // Seeker repositions a running subscription. It is safe for concurrent use from any
 // goroutine, for example an admin HTTP handler (see SeekHandler).
@@ -268,9 +75,9 @@ func (k *Seeker) seekStream(ctx context.Context, p Position) error {
 		moves = append(moves, move{w, w.bump()})
 	}
 	s.mu.Unlock()
-	// From here the seek has taken effect: the publisher must drop what it holds whatever ctx
+	// From here the seek has taken effect: the dispatcher must drop what it holds whatever ctx
 	// does (it always answers at once, or has stopped).
-	if err := s.fencePublisher(context.WithoutCancel(ctx)); err != nil {
+	if err := s.fenceDispatch(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	errs := make([]error, len(moves))
@@ -321,7 +128,7 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 		return &ShardError{Stream: s.stream, Shard: p.shard, Op: "Seek", Err: fmt.Errorf("not moved: %w", err)}
 	}
 	gen := w.bump()
-	if err := s.fencePublisher(context.WithoutCancel(ctx)); err != nil {
+	if err := s.fenceDispatch(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
 	err = w.reposition(ctx, gen, p, out.ShardIterator)
@@ -370,4 +177,61 @@ func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *s
 	case <-ctx.Done():
 		return &ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Seek", Err: fmt.Errorf("%w: %w", ErrSeekPending, ctx.Err())}
 	}
+}
+
+// seekCmd asks a reader to reopen its shard.
+type seekCmd struct {
+	pos  Position
+	iter *string // already opened by the seeker, or nil: the reader opens pos itself
+	gen  uint64
+	done chan error
+}
+
+// takeSeek returns the pending seek command, if any, and clears its notification: a note
+// left armed would keep cutting every later batch short, and the reader would fetch (and
+// deliver) the cut batch again from the same iterator.
+func (w *worker) takeSeek() *seekCmd {
+	w.seekMu.Lock()
+	defer w.seekMu.Unlock()
+	select {
+	case <-w.seekNote:
+	default:
+	}
+	cmd := w.seekReq
+	w.seekReq = nil
+	return cmd
+}
+
+// renote re-arms the seek notification after a wait consumed it, so the loop sees it.
+func (w *worker) renote() {
+	select {
+	case w.seekNote <- struct{}{}:
+	default:
+	}
+}
+
+// apply reopens the shard where a seek asked.
+func (r *reader) apply(cmd *seekCmd) {
+	w, s := r.w, r.w.sub
+	r.gen = cmd.gen
+	r.start = cmd.pos.iteratorInput(s.stream, w.id)
+	r.attempt = 0
+	r.opened()
+	w.markAt = nil // the seek, not the first open, decides where the shard is read from
+	if cmd.iter != nil {
+		r.iter = cmd.iter
+		cmd.done <- nil
+		return
+	}
+	r.iter = nil
+	cctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
+	out, err := s.client.GetShardIterator(cctx, r.start, noRetry)
+	cancel()
+	if err != nil {
+		cmd.done <- &ShardError{Stream: s.stream, Shard: w.id, Op: "Seek", Err: err}
+		r.failed("GetShardIterator", err)
+		return
+	}
+	r.iter = out.ShardIterator
+	cmd.done <- nil
 }

@@ -25,7 +25,7 @@ import (
 
 // TestSeekRacingInFlightBatchDeliversNoPreSeekRecord seeks a busy shard again and again while
 // batches are in flight: being fetched (GetRecords is slowed down), waiting in the buffered
-// channel, or held by the publisher for a consumer that is not reading. Every seek jumps to a
+// channel, or held by the dispatcher for a consumer that is not reading. Every seek jumps to a
 // region of the shard the reader cannot have reached, so a record fetched before the seek is
 // recognisable by its index. Once Seek has returned, only records from the new position may
 // arrive, starting exactly at it and without gaps.
@@ -91,7 +91,7 @@ func testSeekRacingInFlightBatch(t *testing.T) {
 			p = AtTimestamp(arrival(target)) // the stream-wide path
 		}
 		if i%2 == 0 {
-			// The consumer is not reading while Seek runs: the publisher holds a record and the
+			// The consumer is not reading while Seek runs: the dispatcher holds a record and the
 			// buffer is full of them.
 			for range rand.IntN(20) {
 				next()
