@@ -195,6 +195,14 @@ func benchSubscribe(b testing.TB, f *pageKinesis, opts ...Option) *Subscriber {
 		WithStartAt(Horizon()),
 		WithBatchSize(benchPage),
 		WithPollInterval(time.Millisecond),
+		func(c *config) {
+			c.source = func(id string) shardSource {
+				p := newPoller(f, "bench", id, c.requestTimeout, c.pollInterval)
+				p.calls.SetLimit(rate.Inf)
+				p.bytes.SetLimit(rate.Inf)
+				return p
+			}
+		},
 	}, opts...)
 	sub, err := subscribe(context.Background(), f, "bench", opts...)
 	if err != nil {
@@ -204,12 +212,6 @@ func benchSubscribe(b testing.TB, f *pageKinesis, opts ...Option) *Subscriber {
 	for {
 		sub.mu.Lock()
 		n := len(sub.workers)
-		if n == benchShards {
-			for _, w := range sub.workers {
-				w.limiter.SetLimit(rate.Inf)
-				w.bytes.SetLimit(rate.Inf)
-			}
-		}
 		sub.mu.Unlock()
 		if n == benchShards {
 			return sub

@@ -24,7 +24,7 @@ func (w *worker) flushEvery(d time.Duration) {
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.requestTimeout)
 			if err := w.flush(ctx); err != nil {
-				s.report(err)
+				s.reportAll(err)
 			}
 			cancel()
 			if w.lost.Load() {
@@ -66,7 +66,7 @@ func (w *worker) flush(ctx context.Context) error {
 		if !pending || w.lost.Load() {
 			return nil
 		}
-		return &ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: fmt.Errorf("another checkpoint write still runs: %w", err)}
+		return &ShardError{Stream: s.stream, Shard: w.id, Op: OpCheckpoint, Err: fmt.Errorf("another checkpoint write still runs: %w", err)}
 	}
 	defer w.unlockFlush()
 	if w.lost.Load() {
@@ -84,7 +84,7 @@ func (w *worker) flush(ctx context.Context) error {
 		w.mu.Lock()
 		w.dirty = true
 		w.mu.Unlock()
-		return &ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: err}
+		return &ShardError{Stream: s.stream, Shard: w.id, Op: OpCheckpoint, Err: err}
 	}
 	if !ok {
 		w.lose("checkpoint fenced")
@@ -114,7 +114,7 @@ func (w *worker) retire(ctx context.Context) error {
 		return err
 	}
 	if rerr := w.sub.cfg.store.Release(ctx, w.key, w.sub.cfg.owner); rerr != nil {
-		err = errors.Join(err, &ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Release", Err: rerr})
+		err = errors.Join(err, &ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpRelease, Err: rerr})
 	} else {
 		w.log.Info("lease released")
 	}
@@ -148,7 +148,7 @@ func (w *worker) handBack() {
 	ctx, cancel := context.WithTimeout(s.bgCtx, 2*s.cfg.requestTimeout)
 	defer cancel()
 	if err := w.retire(ctx); err != nil {
-		s.report(err)
+		s.reportAll(err)
 	}
 	w.log.Info("lease handed back for balance")
 	s.forget(w, false)
@@ -160,7 +160,7 @@ func (w *worker) releaseFinished() {
 	ctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.requestTimeout)
 	defer cancel()
 	if err := s.cfg.store.Release(ctx, w.key, s.cfg.owner); err != nil {
-		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Release", Err: err})
+		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpRelease, Err: err})
 	}
 	w.log.Info("shard finished")
 }

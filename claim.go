@@ -2,7 +2,6 @@ package kinesub
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -27,15 +26,14 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	v, err := s.look(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Warn("list leases failed", "err", err)
-			s.report(fmt.Errorf("kinesub: list leases: %w", err))
+			s.report(&ShardError{Stream: s.stream, Op: OpListLeases, Err: err})
 		}
 		return nil
 	}
 	n, k := len(v.readable), len(v.owners)
 	// This subscriber's own count is its running readers, not its rows that look held: a
 	// renewal that lands late leaves a row lapsed while its reader goes on.
-	mine := s.reading(v.readable)
+	mine := s.reading(v)
 	v.owners[s.cfg.owner] = mine
 	fair := (n + k - 1) / k
 	// Free leases first, in a random order so that instances starting together spread out,
@@ -161,15 +159,20 @@ func (s *Subscriber) steal(ctx context.Context, v *view, n, k, mine int) {
 	}
 }
 
-// reading counts the shards of ids that this subscriber has a reader for, its lease not lost.
-func (s *Subscriber) reading(ids []string) int {
+// reading counts the readable shards of v that this subscriber has a reader for, its lease
+// not lost and not taken over by another owner in the table (a victim of a steal learns of it
+// only at its next renewal). A row of its own that looks lapsed still counts: its renewal may
+// not have landed yet.
+func (s *Subscriber) reading(v *view) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
-	for _, id := range ids {
-		if w := s.workers[id]; w != nil && !w.lost.Load() {
-			n++
+	for _, id := range v.readable {
+		w := s.workers[id]
+		if o := v.leases[id].Owner; w == nil || w.lost.Load() || o != "" && o != s.cfg.owner {
+			continue
 		}
+		n++
 	}
 	return n
 }
@@ -190,7 +193,11 @@ func (s *Subscriber) take(ctx context.Context, id string, stolen bool, write fun
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
-			s.report(&ShardError{Stream: s.stream, Shard: id, Op: "Acquire", Err: err})
+			op := OpAcquire
+			if stolen {
+				op = OpSteal
+			}
+			s.report(&ShardError{Stream: s.stream, Shard: id, Op: op, Err: err})
 		}
 		return false
 	}
@@ -201,7 +208,7 @@ func (s *Subscriber) take(ctx context.Context, id string, stolen bool, write fun
 	l, err := s.cfg.store.Read(cctx, s.leaseKey(id))
 	cancel()
 	if err != nil {
-		s.report(&ShardError{Stream: s.stream, Shard: id, Op: "ReadLease", Err: err})
+		s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpReadLease, Err: err})
 		s.releaseKey(id)
 		return false
 	}
@@ -223,7 +230,7 @@ func (s *Subscriber) releaseKey(id string) {
 	ctx, cancel := context.WithTimeout(s.bgCtx, s.cfg.requestTimeout)
 	defer cancel()
 	if err := s.cfg.store.Release(ctx, s.leaseKey(id), s.cfg.owner); err != nil {
-		s.report(&ShardError{Stream: s.stream, Shard: id, Op: "Release", Err: err})
+		s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpRelease, Err: err})
 	}
 }
 

@@ -77,10 +77,10 @@ func (s *Subscriber) cleanup(ctx context.Context, v *view) {
 		case err != nil && ctx.Err() != nil:
 			continue
 		case err != nil && d.shard != "":
-			s.report(&ShardError{Stream: s.stream, Shard: d.shard, Op: "DeleteLease", Err: err})
+			s.report(&ShardError{Stream: s.stream, Shard: d.shard, Op: OpDeleteLease, Err: err})
 			continue
 		case err != nil:
-			s.report(fmt.Errorf("kinesub: delete heartbeat of %s: %w", d.owner, err))
+			s.report(&ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("heartbeat of %s: %w", d.owner, err)})
 			continue
 		case ok && d.shard != "":
 			s.log.Info("lease deleted: shard finished and gone from the stream", logShard, d.shard)

@@ -81,8 +81,7 @@ func (s *Subscriber) syncShards(ctx context.Context) {
 			return
 		}
 		if ctx.Err() == nil {
-			s.log.Warn("list shards failed", "err", err)
-			s.report(&ShardError{Stream: s.stream, Op: "ListShards", Err: err})
+			s.report(&ShardError{Stream: s.stream, Op: OpListShards, Err: err})
 		}
 		return
 	}
@@ -233,7 +232,7 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 		w.starting.Store(true)
 	}
 	pos := s.startInput(id, l.Checkpoint)
-	w.start, w.startPos, w.startCkpt = pos.iteratorInput(s.stream, id), pos.String(), pos.kind == posAfter
+	w.start, w.startCkpt = pos, pos.kind == posAfter
 	w.readCtx, w.cancelRead = context.WithCancel(s.runCtx)
 	s.workers[id] = w
 	delete(s.waiting, id)
@@ -241,7 +240,7 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 	if l.Checkpoint == "" {
 		w.markAt = &pos // the reader records where it opened (see reader.mark)
 	}
-	w.log.Info("lease taken", "checkpoint", l.Checkpoint, "start", w.startPos)
+	w.log.Info("lease taken", "checkpoint", l.Checkpoint, "start", w.start.String())
 	s.readers.Add(1)
 	s.keepers.Add(1)
 	go w.keep()
@@ -318,4 +317,12 @@ func (s *Subscriber) forget(w *worker, finished bool) {
 	}
 	s.mu.Unlock()
 	s.nudge()
+}
+
+// sourceFor returns the source a new reader of shard id reads from.
+func (s *Subscriber) sourceFor(id string) shardSource {
+	if s.cfg.source != nil {
+		return s.cfg.source(id)
+	}
+	return newPoller(s.client, s.stream, id, s.cfg.requestTimeout, s.cfg.pollInterval)
 }

@@ -54,14 +54,35 @@ var (
 	ErrInvalidHeader = errors.New("kinesub: invalid header")
 )
 
-// ShardError is a failure of one operation on one shard. It is reported on Errors(); the
-// shard's reader retries with backoff unless the error is fatal.
+// ShardError is a failure of one operation, on one shard or (with Shard empty) on the whole
+// stream. Everything sent on Errors() is a *ShardError; the shard's reader retries with backoff
+// unless the error is fatal.
 type ShardError struct {
 	Stream string
-	Shard  string
-	Op     string // "GetRecords", "GetShardIterator", "Checkpoint", "Renew", …
+	Shard  string // empty for the stream's own operations (OpListShards, OpListLeases, OpHeartbeat…)
+	Op     string // one of the Op constants
 	Err    error
 }
+
+// The operations a ShardError names.
+const (
+	OpListShards       = "ListShards"       // listing the stream's shards
+	OpGetShardIterator = "GetShardIterator" // opening a shard at a position
+	OpGetRecords       = "GetRecords"       // reading a shard
+	OpDecode           = "Decode"           // a record that could not be decoded (ErrAggregatedRecord)
+	OpListLeases       = "ListLeases"       // reading the lease table
+	OpAcquire          = "Acquire"          // taking a free or expired lease
+	OpSteal            = "Steal"            // taking a lease over from a live owner, for balance
+	OpReadLease        = "ReadLease"        // reading a lease just taken
+	OpRenew            = "Renew"            // renewing a lease
+	OpLease            = "Lease"            // a lease lost (ErrLeaseLost)
+	OpCheckpoint       = "Checkpoint"       // writing a checkpoint
+	OpRelease          = "Release"          // releasing a lease
+	OpDeleteLease      = "DeleteLease"      // deleting the lease of a finished, trimmed shard
+	OpHeartbeat        = "Heartbeat"        // renewing this subscriber's heartbeat row
+	OpDeleteHeartbeat  = "DeleteHeartbeat"  // deleting a heartbeat row (this owner's, or a departed one's)
+	OpSeek             = "Seek"             // repositioning a shard
+)
 
 func (e *ShardError) Error() string {
 	if e.Shard == "" {

@@ -36,8 +36,9 @@ type fakeStream struct {
 }
 
 type fakeShard struct {
-	id      string
-	parent  string
+	id       string
+	parent   string
+	adjacent string // the second parent of a merge
 	closed  bool
 	trimmed bool // past the retention period: no longer listed nor readable
 	records []types.Record
@@ -107,6 +108,15 @@ func (f *fakeStream) split(i int) int {
 	return len(f.shards) - 1
 }
 
+// merge closes shards i and j and adds their child, returned by index.
+func (f *fakeStream) merge(i, j int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.shards[i].closed, f.shards[j].closed = true, true
+	f.shards = append(f.shards, &fakeShard{id: fmt.Sprintf("shardId-%012d", len(f.shards)), parent: f.shards[i].id, adjacent: f.shards[j].id})
+	return len(f.shards) - 1
+}
+
 // trim drops closed shard i as the service does once the retention period has passed.
 func (f *fakeStream) trim(i int) {
 	f.mu.Lock()
@@ -160,6 +170,9 @@ func (f *fakeStream) ListShards(ctx context.Context, in *kinesis.ListShardsInput
 		}
 		if sh.parent != "" {
 			s.ParentShardId = aws.String(sh.parent)
+		}
+		if sh.adjacent != "" {
+			s.AdjacentParentShardId = aws.String(sh.adjacent)
 		}
 		if sh.closed {
 			s.SequenceNumberRange.EndingSequenceNumber = aws.String(strconv.Itoa(len(sh.records) + 1))

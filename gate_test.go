@@ -10,9 +10,9 @@ import (
 // come out of Messages unless their stamp is stale.
 func newGateHarness(t *testing.T) *Subscriber {
 	s := &Subscriber{
-		in:      make(chan []Message, 16),
-		out:     make(chan *Message),
-		fence:   make(chan chan struct{}),
+		in:           make(chan []Message, 16),
+		out:          make(chan *Message),
+		fence:        make(chan chan struct{}),
 		dispatchDone: make(chan struct{}),
 	}
 	s.keepers.Add(1)

@@ -33,7 +33,7 @@ func (s *Subscriber) beat(ctx context.Context) {
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
-			s.report(fmt.Errorf("kinesub: heartbeat: %w", err))
+			s.report(&ShardError{Stream: s.stream, Op: OpHeartbeat, Err: err})
 		}
 	case !ok:
 		// Only a Steal or another process with the same owner name could hold it.
@@ -46,18 +46,18 @@ func (s *Subscriber) beat(ctx context.Context) {
 func (s *Subscriber) dropHeartbeat(ctx context.Context) error {
 	key := s.ownerKey()
 	if err := s.cfg.store.Release(ctx, key, s.cfg.owner); err != nil {
-		return fmt.Errorf("kinesub: release heartbeat: %w", err)
+		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("release: %w", err)}
 	}
 	l, err := s.cfg.store.Read(ctx, key)
 	if err != nil {
-		return fmt.Errorf("kinesub: read heartbeat: %w", err)
+		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("read: %w", err)}
 	}
 	if l.Owner != "" || l.Counter == 0 {
 		return nil // taken again under the same owner name, or gone
 	}
 	if _, err := s.cfg.store.Delete(ctx, key, l.Counter); err != nil {
 		// Released, the row no longer counts; a peer's cleanup deletes it.
-		return fmt.Errorf("kinesub: delete heartbeat: %w", err)
+		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: err}
 	}
 	return nil
 }

@@ -84,7 +84,7 @@ func (w *worker) renew() bool {
 		w.lose("fenced by another owner")
 		return false
 	}
-	s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Renew", Err: err})
+	s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpRenew, Err: err})
 	if !time.Now().Before(deadline) {
 		w.lose("not renewed in time")
 		return false
@@ -106,5 +106,5 @@ func (w *worker) lose(why string) {
 	// has returned.
 	_ = w.sub.fenceDispatch(context.Background())
 	w.log.Info("lease lost", "why", why)
-	w.sub.report(&ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Lease", Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)})
+	w.sub.report(&ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpLease, Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)})
 }

@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"reflect"
@@ -31,9 +30,11 @@ type config struct {
 	maxInFlightBytes   int
 	bufferPages        int
 	requestTimeout     time.Duration
-	balanceInterval    time.Duration // 0: 2 × leaseTTL
+	balanceInterval    time.Duration // meaningful once balanceSet; else 2 × leaseTTL
+	balanceSet         bool
 	startAt            *Position
 	initialPos         *Position
+	source             func(shard string) shardSource // nil: the GetRecords poller; set by tests
 
 	errs []error // collected while applying options, reported by validate
 }
@@ -49,6 +50,9 @@ func defaultConfig() config {
 		maxInFlightBytes:   64 << 20,
 		bufferPages:        4,
 		requestTimeout:     10 * time.Second,
+		store:              lease.NewMemory(),
+		owner:              defaultOwner(),
+		logger:             slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -93,19 +97,11 @@ func (c *config) validate() error {
 		return optionError("WithBufferPages", c.bufferPages, fmt.Sprintf("must be between 0 and %d", maxBufferPages))
 	case c.requestTimeout < minTimeout || c.requestTimeout > maxTimeout:
 		return optionError("WithRequestTimeout", c.requestTimeout, fmt.Sprintf("must be between %v and %v", minTimeout, maxTimeout))
-	case c.balanceInterval != 0 && (c.balanceInterval < minInterval || c.balanceInterval > maxInterval):
+	case c.balanceSet && (c.balanceInterval < minInterval || c.balanceInterval > maxInterval):
 		return optionError("WithBalanceInterval", c.balanceInterval, fmt.Sprintf("must be between %v and %v", minInterval, maxInterval))
 	}
-	if c.store == nil {
-		c.store = lease.NewMemory()
-	}
-	if c.owner == "" {
-		c.owner = defaultOwner()
-	}
-	if c.logger == nil {
-		c.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.balanceInterval == 0 {
+	// The one default that follows another option's value.
+	if !c.balanceSet {
 		c.balanceInterval = 2 * c.leaseTTL
 	}
 	return nil
@@ -242,7 +238,7 @@ func WithRequestTimeout(d time.Duration) Option {
 // other live owners' and takes one lease from the most loaded when under its fair share,
 // overriding the default of twice the lease TTL. Range 1ms to 1h.
 func WithBalanceInterval(d time.Duration) Option {
-	return func(c *config) { c.balanceInterval = d }
+	return func(c *config) { c.balanceInterval, c.balanceSet = d, true }
 }
 
 // WithStartAt opens every shard at p, ahead of any stored checkpoint: exactly a stream-wide

@@ -52,6 +52,7 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 		{WithRequestTimeout(time.Millisecond), "WithRequestTimeout"},
 		{WithRequestTimeout(time.Hour), "WithRequestTimeout"},
 		{WithBalanceInterval(-time.Second), "WithBalanceInterval"},
+		{WithBalanceInterval(0), "WithBalanceInterval"},
 		{WithStartAt(AtSequence("shardId-000000000000", "1")), "WithStartAt"},
 		{WithStartAt(Position{}), "WithStartAt"},
 		{WithInitialPosition(AtSequence("shardId-000000000000", "1")), "WithInitialPosition"},

@@ -512,3 +512,30 @@ func TestHandingBackShownInShards(t *testing.T) {
 		}
 	})
 }
+
+// TestErrorsAreShardErrors: whatever fails (the lease table, here), everything on Errors is a
+// *ShardError whose Op is one of the exported constants; stream-level ones have no shard.
+func TestErrorsAreShardErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("errs", 2)
+		store := newFlakyStore(lease.NewMemory())
+		sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithInitialPosition(Horizon()))...)
+		f.add(0, time.Now(), "a")
+		require.NoError(t, (<-sub.Messages()).Ack(context.Background()))
+		store.set(storeFail)
+		known := map[string]bool{OpListShards: true, OpGetShardIterator: true, OpGetRecords: true, OpDecode: true,
+			OpListLeases: true, OpAcquire: true, OpSteal: true, OpReadLease: true, OpRenew: true, OpLease: true,
+			OpCheckpoint: true, OpRelease: true, OpDeleteLease: true, OpHeartbeat: true, OpDeleteHeartbeat: true, OpSeek: true}
+		seen := map[string]bool{}
+		for len(seen) < 4 { // list leases, heartbeat, renew, lease lost
+			err := <-sub.Errors()
+			var se *ShardError
+			require.ErrorAs(t, err, &se)
+			require.Same(t, se, err, "sent as a *ShardError, not wrapped")
+			require.True(t, known[se.Op], "op %q", se.Op)
+			require.Equal(t, "errs", se.Stream)
+			seen[se.Op] = true
+		}
+		store.set(storeOK)
+	})
+}

@@ -151,8 +151,3 @@ func (p Position) iteratorInput(stream, shard string) *kinesis.GetShardIteratorI
 	}
 	return in
 }
-
-// afterSequence opens shard just after a checkpointed sequence number.
-func afterSequence(stream, shard, seq string) *kinesis.GetShardIteratorInput {
-	return Position{kind: posAfter, sequence: seq}.iteratorInput(stream, shard)
-}

@@ -6,29 +6,22 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/gostream/kinesub/lease"
 )
 
-// Service limits a reader keeps to on each shard.
-const (
-	getRecordsPerSecond = 5        // GetRecords calls per second per shard
-	bytesPerSecond      = 2 << 20  // read throughput per shard
-	bytesBurst          = 10 << 20 // the largest response; a larger read pauses the shard
-)
-
 // reader is the state of one shard's read loop.
 type reader struct {
-	w       *worker
-	ctx     context.Context
-	gen     uint64
-	start   *kinesis.GetShardIteratorInput
-	iter    *string
-	attempt int
+	w      *worker
+	src    shardSource
+	ctx    context.Context
+	gen    uint64
+	start  Position // where the generation starts
+	isOpen bool     // src is open and positioned
 	// fromCheckpoint: start is the stored checkpoint and the shard has not been opened yet.
 	fromCheckpoint bool
 	recordSize     int // mean size of the records last fetched, for the byte cap
+	attempt        int
 }
 
 // loop reads until the shard ends (true) or the reader must stop (false).
@@ -42,86 +35,65 @@ func (r *reader) loop() bool {
 			r.apply(cmd)
 			continue
 		}
-		if r.iter == nil && !r.open() {
+		if !r.isOpen && !r.open() {
 			continue
 		}
 		if !r.waitRoom() {
 			continue
 		}
-		if err := w.limiter.Wait(r.ctx); err != nil {
-			continue
-		}
-		// Ask for no more than the cap has room for, so that a batch does not carry the shard
-		// past its cap. The room is taken after the rate wait, which acks may have widened.
-		limit := min(int(s.cfg.batchSize), r.room())
-		cctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
-		out, err := s.client.GetRecords(cctx, &kinesis.GetRecordsInput{
-			ShardIterator: r.iter, Limit: aws.Int32(int32(limit)),
-		}, noRetry)
-		cancel()
+		// Ask for no more than the caps have room for, so that a page does not carry the shard
+		// past them.
+		pg, err := r.src.next(r.ctx, min(int(s.cfg.batchSize), r.room()))
 		if err != nil {
-			r.failed("GetRecords", err)
+			r.failed(opOf(err, OpGetRecords), err)
 			continue
 		}
 		r.attempt = 0
 		w.throttled.Store(false)
-		w.millisBehind.Store(aws.ToInt64(out.MillisBehindLatest))
-		size := 0
-		for i := range out.Records {
-			size += len(out.Records[i].Data)
+		w.millisBehind.Store(pg.millisBehind)
+		if n := len(pg.records); n > 0 {
+			size := 0
+			for i := range pg.records {
+				size += len(pg.records[i].Data)
+			}
+			r.recordSize = max(size/n, 1)
 		}
-		if len(out.Records) > 0 {
-			r.recordSize = max(size/len(out.Records), 1)
-		}
-		if !r.deliver(out.Records) {
+		if !r.deliver(pg.records) {
 			continue
 		}
-		// A very large read spends the shard's byte budget: pause before the next call as the
-		// service would throttle it.
-		if size > 0 {
-			if res := w.bytes.ReserveN(time.Now(), min(size, bytesBurst)); res.OK() {
-				if d := res.Delay(); d > 0 && !r.sleep(d) {
-					continue
-				}
-			}
-		}
-		w.log.Debug("poll", "records", len(out.Records), "millis_behind", aws.ToInt64(out.MillisBehindLatest))
-		if out.NextShardIterator == nil {
+		w.log.Debug("page", "records", len(pg.records), "millis_behind", pg.millisBehind)
+		if pg.end {
 			if r.finish() {
 				return true
 			}
 			continue
 		}
-		r.iter = out.NextShardIterator
-		if len(out.Records) == 0 {
-			r.sleep(s.cfg.pollInterval)
+		if pg.pause > 0 {
+			r.sleep(pg.pause)
 		}
 	}
 }
 
-// open gets an iterator: after the newest record fetched in this generation (so nothing
+// open positions the source: after the newest record fetched in this generation (so nothing
 // delivered is fetched twice and nothing is skipped), or at the generation's start.
 func (r *reader) open() bool {
-	w, s := r.w, r.w.sub
-	in := r.start
+	w := r.w
+	at := r.start
 	w.mu.Lock()
 	if w.lastSeq != "" && w.gen == r.gen {
-		in = afterSequence(s.stream, w.id, w.lastSeq)
+		at = Position{kind: posAfter, sequence: w.lastSeq}
 	}
 	w.mu.Unlock()
-	cctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
-	out, err := s.client.GetShardIterator(cctx, in, noRetry)
-	cancel()
-	if err != nil {
+	if err := r.src.open(r.ctx, at); err != nil {
 		if r.fromCheckpoint && classify(r.ctx, err) == errRejected {
 			w.rejected.Store(true)
-			err = fmt.Errorf("%w (sequence number %s): %w", ErrCheckpointRejected, aws.ToString(in.StartingSequenceNumber), err)
+			err = fmt.Errorf("%w (sequence number %s): %w", ErrCheckpointRejected, at.sequence, err)
 		}
-		r.failed("GetShardIterator", err)
+		r.failed(opOf(err, OpGetShardIterator), err)
 		return false
 	}
 	r.opened()
-	r.iter = out.ShardIterator
+	r.isOpen = true
 	r.mark()
 	return true
 }
@@ -150,7 +122,7 @@ func (r *reader) mark() {
 		return
 	}
 	if _, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, m); err != nil {
-		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: err})
+		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
 		return
 	}
 	w.setWritten(m)
@@ -173,7 +145,7 @@ func (r *reader) failed(op string, err error) {
 		return
 	case errExpired:
 		w.log.Debug("iterator expired")
-		r.iter = nil
+		r.isOpen = false
 		return
 	case errGone:
 		s.fail(fmt.Errorf("%w: %s: %w", ErrStreamNotFound, s.stream, &ShardError{Stream: s.stream, Shard: w.id, Op: op, Err: err}))
@@ -181,14 +153,12 @@ func (r *reader) failed(op string, err error) {
 		return
 	case errThrottled:
 		w.throttled.Store(true)
-		w.log.Warn("throttled", "op", op, "attempt", r.attempt)
 	case errRejected:
 		// The iterator or position was refused: reopen from the last known place.
-		r.iter = nil
-		w.log.Warn("request rejected", "op", op, "err", err)
-	default:
-		w.log.Warn("call failed", "op", op, "attempt", r.attempt, "err", err)
+		r.isOpen = false
 	}
+	// The error itself goes to Errors; the log only says that the shard retries.
+	w.log.Debug("retrying", "op", op, "attempt", r.attempt)
 	s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: op, Err: err})
 	r.sleep(backoff(r.attempt))
 	r.attempt++
@@ -316,7 +286,7 @@ func (r *reader) deliver(records []types.Record) bool {
 	}
 	w.mu.Unlock()
 	for _, err := range bad {
-		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Decode", Err: err})
+		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpDecode, Err: err})
 	}
 	if len(msgs) == 0 {
 		return true
@@ -347,8 +317,8 @@ func (r *reader) finish() bool {
 	defer w.unlockFlush()
 	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, lease.ShardEnd)
 	if err != nil {
-		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: "Checkpoint", Err: err})
-		r.iter = nil // the shard's end is found again after the backoff
+		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
+		r.isOpen = false // the shard's end is found again after the backoff
 		r.sleep(backoff(r.attempt))
 		r.attempt++
 		return false

@@ -86,7 +86,7 @@ func (k *Seeker) seekStream(ctx context.Context, p Position) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = m.w.reposition(ctx, m.gen, p, nil)
+			errs[i] = m.w.reposition(ctx, m.gen, p)
 		}()
 	}
 	wg.Wait()
@@ -120,18 +120,18 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 	default:
 		return fmt.Errorf("%w: %s", ErrShardNotOwned, p.shard)
 	}
-	// Open the target first, so that a target the service refuses changes nothing.
+	// Ask the service for the target first, so that a target it refuses changes nothing.
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-	out, err := s.client.GetShardIterator(cctx, p.iteratorInput(s.stream, p.shard), noRetry)
+	_, err := s.client.GetShardIterator(cctx, p.iteratorInput(s.stream, p.shard), noRetry)
 	cancel()
 	if err != nil {
-		return &ShardError{Stream: s.stream, Shard: p.shard, Op: "Seek", Err: fmt.Errorf("not moved: %w", err)}
+		return &ShardError{Stream: s.stream, Shard: p.shard, Op: OpSeek, Err: fmt.Errorf("not moved: %w", err)}
 	}
 	gen := w.bump()
 	if err := s.fenceDispatch(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	err = w.reposition(ctx, gen, p, out.ShardIterator)
+	err = w.reposition(ctx, gen, p)
 	s.log.Info("seek", "to", p.String())
 	return err
 }
@@ -140,9 +140,9 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 // the reader its new position; it returns when the reader has reopened there. Everything up to
 // the hand-over is done whatever ctx does, so the shard is always fully moved; ctx only bounds
 // the last write of the old watermark and the wait for the reader.
-func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *string) error {
+func (w *worker) reposition(ctx context.Context, gen uint64, p Position) error {
 	if err := w.flush(ctx); err != nil {
-		w.sub.report(err)
+		w.sub.reportAll(err)
 	}
 	w.mu.Lock()
 	if w.gen < gen {
@@ -158,7 +158,7 @@ func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *s
 		default:
 		}
 	}
-	cmd := &seekCmd{pos: p, iter: iter, gen: gen, done: make(chan error, 1)}
+	cmd := &seekCmd{pos: p, gen: gen, done: make(chan error, 1)}
 	w.seekMu.Lock()
 	if old := w.seekReq; old != nil {
 		old.done <- nil // superseded by this seek
@@ -175,14 +175,13 @@ func (w *worker) reposition(ctx context.Context, gen uint64, p Position, iter *s
 		}
 		return ErrClosed
 	case <-ctx.Done():
-		return &ShardError{Stream: w.sub.stream, Shard: w.id, Op: "Seek", Err: fmt.Errorf("%w: %w", ErrSeekPending, ctx.Err())}
+		return &ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpSeek, Err: fmt.Errorf("%w: %w", ErrSeekPending, ctx.Err())}
 	}
 }
 
 // seekCmd asks a reader to reopen its shard.
 type seekCmd struct {
 	pos  Position
-	iter *string // already opened by the seeker, or nil: the reader opens pos itself
 	gen  uint64
 	done chan error
 }
@@ -212,26 +211,18 @@ func (w *worker) renote() {
 
 // apply reopens the shard where a seek asked.
 func (r *reader) apply(cmd *seekCmd) {
-	w, s := r.w, r.w.sub
+	w := r.w
 	r.gen = cmd.gen
-	r.start = cmd.pos.iteratorInput(s.stream, w.id)
+	r.start = cmd.pos
 	r.attempt = 0
 	r.opened()
 	w.markAt = nil // the seek, not the first open, decides where the shard is read from
-	if cmd.iter != nil {
-		r.iter = cmd.iter
-		cmd.done <- nil
+	r.isOpen = false
+	if err := r.src.open(r.ctx, cmd.pos); err != nil {
+		cmd.done <- &ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpSeek, Err: err}
+		r.failed(opOf(err, OpGetShardIterator), err)
 		return
 	}
-	r.iter = nil
-	cctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
-	out, err := s.client.GetShardIterator(cctx, r.start, noRetry)
-	cancel()
-	if err != nil {
-		cmd.done <- &ShardError{Stream: s.stream, Shard: w.id, Op: "Seek", Err: err}
-		r.failed("GetShardIterator", err)
-		return
-	}
-	r.iter = out.ShardIterator
+	r.isOpen = true
 	cmd.done <- nil
 }

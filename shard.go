@@ -6,9 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-	"golang.org/x/time/rate"
 )
 
 // worker reads one leased shard and keeps its lease and checkpoint.
@@ -17,8 +14,7 @@ type worker struct {
 	id         string
 	key        string
 	log        *slog.Logger
-	start      *kinesis.GetShardIteratorInput
-	startPos   string
+	start      Position  // where the reader opens the shard
 	startCkpt  bool      // start is the stored checkpoint
 	markAt     *Position // the shard has no checkpoint: the reader records where it opens
 	startDelay time.Duration
@@ -58,8 +54,6 @@ type worker struct {
 
 	millisBehind atomic.Int64
 	throttled    atomic.Bool
-	limiter      *rate.Limiter
-	bytes        *rate.Limiter
 	checkpoints  atomic.Int64
 }
 
@@ -75,8 +69,6 @@ func newWorker(s *Subscriber, id string, acquired time.Time) *worker {
 		readerDone: make(chan struct{}),
 		keeperStop: make(chan struct{}),
 		keeperDone: make(chan struct{}),
-		limiter:    rate.NewLimiter(getRecordsPerSecond, 1),
-		bytes:      rate.NewLimiter(bytesPerSecond, bytesBurst),
 	}
 	w.lastRenew.Store(acquired.UnixNano())
 	return w
@@ -154,7 +146,9 @@ func (w *worker) run() {
 	}
 	w.starting.Store(false)
 	// Until a response shows their size, records count as the largest the service takes.
-	r := reader{w: w, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt, recordSize: maxRecordBytes}
+	src := w.sub.sourceFor(w.id)
+	defer src.close()
+	r := reader{w: w, src: src, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt, recordSize: maxRecordBytes}
 	finished := r.loop()
 	switch {
 	case finished:

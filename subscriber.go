@@ -36,14 +36,14 @@ type Subscriber struct {
 	errs  chan error
 	wake  chan struct{} // asks the coordinator for an early round
 
-	runCtx   context.Context // ends when the subscription stops reading
-	stopRun  context.CancelFunc
-	bgCtx    context.Context // ends at Close's deadline: bounds every background store call
-	stopBg   context.CancelFunc
-	dispatchDone  chan struct{}  // closed when the dispatcher has returned
-	readers  sync.WaitGroup // coordinator and readers
-	keepers  sync.WaitGroup // lease keepers and dispatcher
-	watchers sync.WaitGroup
+	runCtx       context.Context // ends when the subscription stops reading
+	stopRun      context.CancelFunc
+	bgCtx        context.Context // ends at Close's deadline: bounds every background store call
+	stopBg       context.CancelFunc
+	dispatchDone chan struct{}  // closed when the dispatcher has returned
+	readers      sync.WaitGroup // coordinator and readers
+	keepers      sync.WaitGroup // lease keepers and dispatcher
+	watchers     sync.WaitGroup
 
 	mu        sync.Mutex
 	closed    bool
@@ -96,22 +96,22 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		return nil, err
 	}
 	s := &Subscriber{
-		cfg:      cfg,
-		client:   client,
-		stream:   stream,
-		log:      cfg.logger.With(logStream, stream),
-		in:       make(chan []Message, cfg.bufferPages),
-		out:      make(chan *Message),
-		fence:    make(chan chan struct{}),
-		errs:     make(chan error, errorsBuffer),
-		wake:     make(chan struct{}, 1),
-		dispatchDone:  make(chan struct{}),
-		workers:  make(map[string]*worker),
-		shards:   make(map[string]shardInfo),
-		finished: make(map[string]bool),
-		waiting:  make(map[string]string),
-		applied:  make(map[string]uint64),
-		done:     make(chan struct{}),
+		cfg:          cfg,
+		client:       client,
+		stream:       stream,
+		log:          cfg.logger.With(logStream, stream),
+		in:           make(chan []Message, cfg.bufferPages),
+		out:          make(chan *Message),
+		fence:        make(chan chan struct{}),
+		errs:         make(chan error, errorsBuffer),
+		wake:         make(chan struct{}, 1),
+		dispatchDone: make(chan struct{}),
+		workers:      make(map[string]*worker),
+		shards:       make(map[string]shardInfo),
+		finished:     make(map[string]bool),
+		waiting:      make(map[string]string),
+		applied:      make(map[string]uint64),
+		done:         make(chan struct{}),
 	}
 	s.seeker = &Seeker{s: s}
 	if err := s.ensureStream(ctx); err != nil {
@@ -370,7 +370,7 @@ func handedOut(ws []*worker) int64 {
 
 // fail ends the subscription with a fatal error.
 func (s *Subscriber) fail(err error) {
-	s.log.Error("subscription failed", "err", err)
+	s.log.Error("subscription failed", "err", err) // also Err(): the one place the cause is in both, for a process that reads neither
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cancelDrain)
 		defer cancel()
@@ -379,7 +379,7 @@ func (s *Subscriber) fail(err error) {
 }
 
 // report hands a non-fatal error to Errors, dropping the oldest one when nobody reads.
-func (s *Subscriber) report(err error) {
+func (s *Subscriber) report(err *ShardError) {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
 	if s.errsClosed {
@@ -396,6 +396,21 @@ func (s *Subscriber) report(err error) {
 		default:
 		}
 	}
+}
+
+// reportAll reports what flush or retire returned: a *ShardError, or several joined.
+func (s *Subscriber) reportAll(err error) {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			s.reportAll(e)
+		}
+		return
+	}
+	var se *ShardError
+	if !errors.As(err, &se) {
+		se = &ShardError{Stream: s.stream, Op: OpCheckpoint, Err: err}
+	}
+	s.report(se)
 }
 
 func (s *Subscriber) nudge() {

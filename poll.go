@@ -1,0 +1,86 @@
+package kinesub
+
+import (
+	"context"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"golang.org/x/time/rate"
+
+	"github.com/gostream/kinesub/internal/kinesisiface"
+)
+
+// Service limits a poller keeps to on its shard.
+const (
+	getRecordsPerSecond = 5        // GetRecords calls per second per shard
+	bytesPerSecond      = 2 << 20  // read throughput per shard
+	bytesBurst          = 10 << 20 // the largest response; a larger read pauses the shard
+)
+
+// poller reads one shard with GetShardIterator and GetRecords, within the shard's call rate
+// and read throughput, and with the SDK's retries off: the reader retries with its own backoff.
+type poller struct {
+	client  kinesisiface.Kinesis
+	stream  string
+	shard   string
+	timeout time.Duration // of each call (WithRequestTimeout)
+	idle    time.Duration // the wait after an empty page (WithPollInterval)
+	iter    *string
+	calls   *rate.Limiter
+	bytes   *rate.Limiter
+}
+
+func newPoller(client kinesisiface.Kinesis, stream, shard string, timeout, idle time.Duration) *poller {
+	return &poller{
+		client: client, stream: stream, shard: shard, timeout: timeout, idle: idle,
+		calls: rate.NewLimiter(getRecordsPerSecond, 1),
+		bytes: rate.NewLimiter(bytesPerSecond, bytesBurst),
+	}
+}
+
+func (p *poller) open(ctx context.Context, at Position) error {
+	p.iter = nil
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	out, err := p.client.GetShardIterator(cctx, at.iteratorInput(p.stream, p.shard), noRetry)
+	if err != nil {
+		return &sourceError{op: OpGetShardIterator, err: err}
+	}
+	p.iter = out.ShardIterator
+	return nil
+}
+
+func (p *poller) next(ctx context.Context, limit int) (page, error) {
+	if err := p.calls.Wait(ctx); err != nil {
+		return page{}, &sourceError{op: OpGetRecords, err: err}
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.timeout)
+	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit))}, noRetry)
+	cancel()
+	if err != nil {
+		return page{}, &sourceError{op: OpGetRecords, err: err}
+	}
+	pg := page{records: out.Records, millisBehind: aws.ToInt64(out.MillisBehindLatest), end: out.NextShardIterator == nil}
+	for _, c := range out.ChildShards {
+		pg.children = append(pg.children, aws.ToString(c.ShardId))
+	}
+	size := 0
+	for i := range out.Records {
+		size += len(out.Records[i].Data)
+	}
+	// A very large read spends the shard's byte budget: the next call waits as the service
+	// would otherwise throttle it.
+	if size > 0 {
+		if res := p.bytes.ReserveN(time.Now(), min(size, bytesBurst)); res.OK() {
+			pg.pause = res.Delay()
+		}
+	}
+	if len(out.Records) == 0 && !pg.end {
+		pg.pause = max(pg.pause, p.idle)
+	}
+	p.iter = out.NextShardIterator
+	return pg, nil
+}
+
+func (p *poller) close() {}
