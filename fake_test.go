@@ -39,9 +39,9 @@ type fakeShard struct {
 	id       string
 	parent   string
 	adjacent string // the second parent of a merge
-	closed  bool
-	trimmed bool // past the retention period: no longer listed nor readable
-	records []types.Record
+	closed   bool
+	trimmed  bool // past the retention period: no longer listed nor readable
+	records  []types.Record
 }
 
 var _ kinesisiface.Kinesis = (*fakeStream)(nil)
