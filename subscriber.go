@@ -685,7 +685,10 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 		return nil
 	}
 	n, k := len(v.readable), len(v.owners)
-	mine := v.owners[s.cfg.owner]
+	// This subscriber's own count is its running readers, not its rows that look held: a
+	// renewal that lands late leaves a row lapsed while its reader goes on.
+	mine := s.reading(v.readable)
+	v.owners[s.cfg.owner] = mine
 	fair := (n + k - 1) / k
 	// Free leases first, in a random order so that instances starting together spread out,
 	// several at a time so that taking many shards does not wait on one slow write.
@@ -808,6 +811,19 @@ func (s *Subscriber) steal(ctx context.Context, v *view, n, k, mine int) {
 	}) {
 		s.log.Info("lease taken over for balance", logShard, id, "from", victim)
 	}
+}
+
+// reading counts the shards of ids that this subscriber has a reader for, its lease not lost.
+func (s *Subscriber) reading(ids []string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if w := s.workers[id]; w != nil && !w.lost.Load() {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *Subscriber) owns(id string) bool {
