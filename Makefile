@@ -18,10 +18,23 @@ define with-emulators
 	$(1)
 endef
 
-.PHONY: test unit demo chaos bench emulators-up emulators-down fmt vet
+.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet
 
 test:
 	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./...)
+
+# stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes
+# spin on the CPU beside it (as many as there are CPUs by default), and every test runs twice,
+# with GOMAXPROCS 1 and then 2. A test that takes a deadline or a quiet spell for the condition
+# it means fails here. The burners are stopped with the servers, also on failure.
+STRESS_BURNERS ?= $(shell nproc 2>/dev/null || echo 2)
+STRESS_CPU := 1,2
+stress:
+	$(call with-emulators, \
+	burners=(); \
+	for i in $$(seq $(STRESS_BURNERS)); do (while :; do :; done) & burners+=($$!); done; \
+	trap 'kill $${burners[*]} 2>/dev/null; $(EMU) down' EXIT; \
+	$(GO) vet ./... && $(GO) test -race -count=1 -cpu $(STRESS_CPU) -timeout 25m ./...)
 
 # unit runs only what needs no emulator (integration tests skip without endpoints).
 unit:

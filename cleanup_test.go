@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -12,8 +13,13 @@ import (
 
 // TestCleanupDeletesTrimmedParent: a parent read to its end keeps its lease while it is
 // listed, and loses it once the service trims it from the listing. Leases of unlisted shards
-// that are held, or not finished, are kept; the child reads on.
+// that are held, or not finished, are kept; the child reads on. It runs in a synctest bubble:
+// cleanup rounds and grace periods are counted in exact time.
 func TestCleanupDeletesTrimmedParent(t *testing.T) {
+	synctest.Test(t, testCleanupDeletesTrimmedParent)
+}
+
+func testCleanupDeletesTrimmedParent(t *testing.T) {
 	const name = "cleanup"
 	f := newFakeStream(name, 1)
 	parent := f.shards[0].id
@@ -37,13 +43,13 @@ func TestCleanupDeletesTrimmedParent(t *testing.T) {
 
 	opts := fakeOpts(WithLeaseStore(store), WithStartAt(Horizon()))
 	sub := subscribeFake(t, f, opts...)
-	require.Equal(t, "p1", string(recvFake(t, sub).Data()))
-	require.Equal(t, "p2", string(recvFake(t, sub).Data()))
+	require.Equal(t, "p1", string(recv(t, sub, 1, true)[0].Data()))
+	require.Equal(t, "p2", string(recv(t, sub, 1, true)[0].Data()))
 	eventually(t, 5*time.Second, "parent finished", func() bool {
 		return readLease(t, store, name, parent).Checkpoint == lease.ShardEnd
 	})
 	f.add(ci, time.Now(), "c1")
-	require.Equal(t, child, recvFake(t, sub).ShardID())
+	require.Equal(t, child, recv(t, sub, 1, true)[0].ShardID())
 
 	// Listed and finished: kept however many cleanup rounds pass.
 	time.Sleep(10 * cleanupGrace * sub.cfg.shardSyncInterval)
@@ -58,7 +64,7 @@ func TestCleanupDeletesTrimmedParent(t *testing.T) {
 	require.GreaterOrEqual(t, time.Since(trimmed), cleanupGrace*sub.cfg.shardSyncInterval, "deleted before the grace period")
 
 	f.add(ci, time.Now(), "c2")
-	m := recvFake(t, sub)
+	m := recv(t, sub, 1, true)[0]
 	require.Equal(t, child, m.ShardID())
 	require.Equal(t, "c2", string(m.Data()))
 	require.NoError(t, sub.Commit(ctx))

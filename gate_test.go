@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -24,11 +25,13 @@ func newGateHarness(t *testing.T) *Subscriber {
 	return s
 }
 
+// The gate tests run in synctest bubbles: a delivery not made once the dispatcher is blocked
+// with nothing to do is one it dropped, and "the dispatcher now holds it" is a state to wait for.
 func TestGateDropsStaleStamps(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		stamp    uint64
-		gate     uint64 // the shard's generation when the delivery is published
+		gate     uint64 // the shard's generation when the delivery is dispatched
 		delivers bool
 	}{
 		{"current generation", 0, 0, true},
@@ -37,20 +40,22 @@ func TestGateDropsStaleStamps(t *testing.T) {
 		{"fetched after seek", 4, 4, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newGateHarness(t)
-			w := &worker{id: "shard-1"}
-			w.gate.Store(tc.gate)
-			s.in <- []Message{{shard: w, gen: tc.stamp, data: []byte(tc.name)}}
-			select {
-			case m := <-s.out:
-				if !tc.delivers {
-					t.Fatalf("stale delivery %q reached the consumer", m.data)
+			synctest.Test(t, func(t *testing.T) {
+				s := newGateHarness(t)
+				w := &worker{id: "shard-1"}
+				w.gate.Store(tc.gate)
+				s.in <- []Message{{shard: w, gen: tc.stamp, data: []byte(tc.name)}}
+				select {
+				case m := <-s.out:
+					if !tc.delivers {
+						t.Fatalf("stale delivery %q reached the consumer", m.data)
+					}
+				case <-time.After(100 * time.Millisecond):
+					if tc.delivers {
+						t.Fatal("current delivery was dropped")
+					}
 				}
-			case <-time.After(100 * time.Millisecond):
-				if tc.delivers {
-					t.Fatal("current delivery was dropped")
-				}
-			}
+			})
 		})
 	}
 }
@@ -58,10 +63,14 @@ func TestGateDropsStaleStamps(t *testing.T) {
 // TestFenceRetractsHeldDelivery: the dispatcher may already hold a delivery, waiting for the
 // consumer, when a seek bumps the gate; the fence makes it re-check and drop it.
 func TestFenceRetractsHeldDelivery(t *testing.T) {
+	synctest.Test(t, testFenceRetractsHeldDelivery)
+}
+
+func testFenceRetractsHeldDelivery(t *testing.T) {
 	s := newGateHarness(t)
 	w := &worker{id: "shard-1"}
 	s.in <- []Message{{shard: w, gen: 0, data: []byte("pre-seek")}, {shard: w, gen: 0, data: []byte("pre-seek too")}}
-	time.Sleep(20 * time.Millisecond) // the dispatcher now holds it
+	synctest.Wait() // the dispatcher now holds the first, blocked on the consumer
 	w.gate.Add(1)
 	if err := s.fenceDispatch(context.Background()); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/kinesis v1.56.13
 	github.com/aws/smithy-go v1.28.9
 	github.com/stretchr/testify v1.12.1
+	go.uber.org/goleak v1.3.0
 	golang.org/x/time v0.16.0
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/require"
@@ -23,54 +24,58 @@ func reading(sub *Subscriber) int {
 }
 
 // TestHeartbeatRow: a subscriber's heartbeat row is held and renewed while it runs, is not a
-// shard, and is gone after Close; on both stores.
+// shard, and is gone after Close; on both stores (the memory one in a synctest bubble).
 func TestHeartbeatRow(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		store func(t *testing.T) lease.Store
-	}{
-		{"Memory", func(*testing.T) lease.Store { return lease.NewMemory() }},
-		{"DynamoDB", func(t *testing.T) lease.Store { return dynamoStore(t) }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const name = "heartbeat"
-			store := tc.store(t)
-			f := newFakeStream(name, 2)
-			sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"))...)
-			key := name + "/~owner/a"
-			var first lease.Lease
-			eventually(t, 5*time.Second, "heartbeat row held", func() bool {
-				first = readLease(t, store, name, "~owner/a")
-				return first.Owner == "a" && first.Held(time.Now())
-			})
-			require.Equal(t, key, first.Key)
-			eventually(t, 5*time.Second, "both shards read", func() bool { return reading(sub) == 2 })
+	t.Run("Memory", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { testHeartbeatRow(t, lease.NewMemory()) })
+	})
+	t.Run("DynamoDB", func(t *testing.T) { testHeartbeatRow(t, dynamoStore(t)) })
+}
 
-			time.Sleep(2 * sub.cfg.leaseTTL)
-			l := readLease(t, store, name, "~owner/a")
-			require.True(t, l.Held(time.Now()), "heartbeat row lapsed: %+v", l)
-			require.True(t, l.Expiry.After(first.Expiry), "heartbeat row not renewed")
-			st := sub.Shards()
-			require.Len(t, st, 2, "Shards lists the heartbeat row")
-			for _, s := range st {
-				require.NotContains(t, s.ShardID, "/")
-			}
+func testHeartbeatRow(t *testing.T, store lease.Store) {
+	const name = "heartbeat"
+	f := newFakeStream(name, 2)
+	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"))...)
+	key := name + "/~owner/a"
+	var first lease.Lease
+	eventually(t, 30*time.Second, "heartbeat row held", func() bool {
+		first = readLease(t, store, name, "~owner/a")
+		return first.Owner == "a" && first.Held(time.Now())
+	})
+	require.Equal(t, key, first.Key)
+	eventually(t, 30*time.Second, "both shards read", func() bool { return reading(sub) == 2 })
 
-			require.NoError(t, sub.Close(context.Background()))
-			require.Equal(t, lease.Lease{Key: key}, readLease(t, store, name, "~owner/a"), "heartbeat row left after Close")
-			for _, id := range []string{f.shards[0].id, f.shards[1].id} {
-				l := readLease(t, store, name, id)
-				require.Empty(t, l.Owner, "lease of %s after Close", id)
-				require.NotZero(t, l.Counter, "lease of %s deleted", id)
-			}
-		})
+	// Renewed (every TTL/3) for two TTLs, it stays held.
+	start := time.Now()
+	eventually(t, time.Minute, "heartbeat row renewed for two TTLs", func() bool {
+		l := readLease(t, store, name, "~owner/a")
+		require.Equal(t, "a", l.Owner)
+		return time.Since(start) >= 2*sub.cfg.leaseTTL && l.Held(time.Now()) && l.Expiry.After(first.Expiry.Add(sub.cfg.leaseTTL))
+	})
+	st := sub.Shards()
+	require.Len(t, st, 2, "Shards lists the heartbeat row")
+	for _, s := range st {
+		require.NotContains(t, s.ShardID, "/")
+	}
+
+	require.NoError(t, sub.Close(context.Background()))
+	require.Equal(t, lease.Lease{Key: key}, readLease(t, store, name, "~owner/a"), "heartbeat row left after Close")
+	for _, id := range []string{f.shards[0].id, f.shards[1].id} {
+		l := readLease(t, store, name, id)
+		require.Empty(t, l.Owner, "lease of %s after Close", id)
+		require.NotZero(t, l.Counter, "lease of %s deleted", id)
 	}
 }
 
 // TestHeartbeatCountsOwnerLive: an owner whose heartbeat row is held counts toward the fair
 // share though it holds no shard; one whose row expired does not. Rows of owners gone (released,
-// or expired for staleOwnerTTLs TTLs) are deleted; a held one is kept.
+// or expired for staleOwnerTTLs TTLs) are deleted; a held one is kept. It runs in a synctest
+// bubble, so the TTLs are exact.
 func TestHeartbeatCountsOwnerLive(t *testing.T) {
+	synctest.Test(t, testHeartbeatCountsOwnerLive)
+}
+
+func testHeartbeatCountsOwnerLive(t *testing.T) {
 	const name = "liveness"
 	store := lease.NewMemory()
 	ctx := context.Background()
@@ -120,8 +125,13 @@ func (c *stealCounter) Steal(ctx context.Context, key, owner string, counter int
 
 // TestJoinerGetsShareWithoutSteal: an instance joining one that holds every shard gets its
 // share handed back at once, without a steal, though the holder's balance round is an hour
-// away and the joiner's comes every 50 ms.
+// away and the joiner's comes every 50 ms. It runs in a synctest bubble, so the time to the
+// share is exact.
 func TestJoinerGetsShareWithoutSteal(t *testing.T) {
+	synctest.Test(t, testJoinerGetsShareWithoutSteal)
+}
+
+func testJoinerGetsShareWithoutSteal(t *testing.T) {
 	f := newFakeStream("joiner", 8)
 	store := &stealCounter{Store: lease.NewMemory()}
 	a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithBalanceInterval(time.Hour))...)
@@ -132,7 +142,8 @@ func TestJoinerGetsShareWithoutSteal(t *testing.T) {
 	eventually(t, 5*time.Second, "4/4", func() bool { return reading(a) == 4 && reading(b) == 4 })
 	t.Logf("b read its share %v after joining", time.Since(start))
 	require.Less(t, time.Since(start), 2*time.Second)
-	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+	for range 25 {
+		time.Sleep(20 * time.Millisecond)
 		require.Equal(t, 4, reading(a), "the split flapped")
 		require.Equal(t, 4, reading(b), "the split flapped")
 	}

@@ -19,14 +19,8 @@ func TestMaxInFlightBoundsBatches(t *testing.T) {
 	}()
 	f.start()
 	perShard := map[string]int{}
-	for {
-		select {
-		case m := <-sub.Messages():
-			perShard[m.ShardID()]++
-			continue
-		case <-time.After(300 * time.Millisecond):
-		}
-		break
+	for _, m := range holdToCap(t, sub, benchShards) {
+		perShard[m.ShardID()]++
 	}
 	if len(perShard) != benchShards {
 		t.Fatalf("records from %d shards, want %d: %v", len(perShard), benchShards, perShard)

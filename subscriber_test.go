@@ -2,11 +2,13 @@ package kinesub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/big"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -57,7 +59,7 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	sub2 := subscribeT(t, s, testOpts(store)...)
 	got = recv(t, sub2, 5, true)
 	require.Equal(t, []string{"key-0/5", "key-0/6", "key-0/7", "key-0/8", "key-0/9"}, payloads(got))
-	quiet(t, sub2, 300*time.Millisecond)
+	upTo(t, s, sub2, nil) // nothing else
 }
 
 func TestNackRequeueReplays(t *testing.T) {
@@ -150,7 +152,7 @@ func consumeAcrossReshard(t *testing.T, s *stream, reshard func()) {
 	for k, n := range oc.next {
 		require.Equal(t, 50, n, "key %s", k)
 	}
-	quiet(t, sub, 300*time.Millisecond)
+	upTo(t, s, sub, nil) // nothing else
 }
 
 // splitShard splits shard at the middle of its hash key range.
@@ -197,7 +199,21 @@ func TestChildrenWaitForParents(t *testing.T) {
 	for _, m := range held {
 		require.Equal(t, parent, m.ShardID())
 	}
-	quiet(t, sub, 500*time.Millisecond) // children are gated while the parent's records are unsettled
+	// The parent's reader is at its end, waiting for its records to be settled, and the
+	// children are gated meanwhile.
+	eventually(t, 30*time.Second, "the children gated behind the parent at its end", func() bool {
+		sub.mu.Lock()
+		w := sub.workers[parent]
+		sub.mu.Unlock()
+		waiting := 0
+		for _, st := range sub.Shards() {
+			if st.State == ShardWaitingForParent && st.WaitingFor == parent {
+				waiting++
+			}
+		}
+		return w != nil && w.waitingRoom.Load() && waiting == 2
+	})
+	none(t, sub)
 	for _, m := range held {
 		require.NoError(t, m.Ack(context.Background()))
 	}
@@ -258,7 +274,10 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 	require.NoError(t, table.EnsureTable(context.Background()))
 	a := &blackhole{Store: table}
 	s.publish(10, 1)
-	subA := subscribeT(t, s, testOpts(a, WithOwner("a"), WithStartAt(Horizon()))...)
+	// Renewals to the emulator may take a few hundred milliseconds on a busy machine: a TTL of
+	// seconds keeps a from losing the lease before it is cut off.
+	ttl := WithLeaseTTL(3 * time.Second)
+	subA := subscribeT(t, s, testOpts(a, WithOwner("a"), WithStartAt(Horizon()), ttl)...)
 	got := recv(t, subA, 10, false)
 	for _, m := range got[:4] {
 		require.NoError(t, m.Ack(context.Background()))
@@ -266,11 +285,15 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 	require.NoError(t, subA.Commit(context.Background()))
 	shard := got[0].ShardID()
 
-	subB := subscribeT(t, s, testOpts(table, WithOwner("b"))...)
-	quiet(t, subB, 300*time.Millisecond) // a holds the lease
+	subB := subscribeT(t, s, testOpts(table, WithOwner("b"), ttl)...)
+	eventually(t, 30*time.Second, "b sees a's lease", func() bool {
+		st := subB.Shards()
+		return len(st) == 1 && st[0].State == ShardLeasedElsewhere && st[0].Owner == "a"
+	})
+	none(t, subB)
 	a.cut.Store(true)
 	start := time.Now()
-	waitErr(t, subA, ErrLeaseLost, 3*time.Second)
+	waitErr(t, subA, ErrLeaseLost, 30*time.Second)
 	t.Logf("a stopped after %v", time.Since(start))
 	replay := recv(t, subB, 6, true)
 	t.Logf("b took over after %v", time.Since(start))
@@ -279,30 +302,36 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 }
 
 // TestFencedReaderStops: when another owner takes the lease over, the reader stops within one
-// renew period (TTL/3) and delivers nothing more from that shard.
+// renew period (TTL/3) and delivers nothing more from that shard. It runs in a synctest bubble,
+// so the renew period is measured exactly.
 func TestFencedReaderStops(t *testing.T) {
-	s := newStream(t, 1)
-	store := lease.NewMemory()
-	ttl := 900 * time.Millisecond
-	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithLeaseTTL(ttl))...)
-	s.publish(3, 1)
-	shard := recv(t, sub, 3, true)[0].ShardID()
-	l := readLease(t, store, s.name, shard)
-	ok, err := store.Steal(context.Background(), l.Key, "thief", l.Counter, time.Minute)
-	require.NoError(t, err)
-	require.True(t, ok)
-	start := time.Now()
-	waitErr(t, sub, ErrLeaseLost, 2*ttl)
-	require.Less(t, time.Since(start), ttl/3+300*time.Millisecond, "fenced within one renew period")
-	s.publish(3, 1)
-	quiet(t, sub, 500*time.Millisecond)
-	require.Equal(t, "thief", readLease(t, store, s.name, shard).Owner)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("fenced", 1)
+		store := lease.NewMemory()
+		ttl := 900 * time.Millisecond
+		sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithStartAt(Horizon()), WithLeaseTTL(ttl))...)
+		f.add(0, time.Now(), "a", "b", "c")
+		shard := recv(t, sub, 3, true)[0].ShardID()
+		l := readLease(t, store, f.stream, shard)
+		ok, err := store.Steal(context.Background(), l.Key, "thief", l.Counter, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		start := time.Now()
+		waitErr(t, sub, ErrLeaseLost, 2*ttl)
+		require.LessOrEqual(t, time.Since(start), ttl/3, "fenced within one renew period")
+		f.add(0, time.Now(), "d", "e", "f")
+		time.Sleep(ttl)
+		synctest.Wait()
+		none(t, sub)
+		require.Equal(t, "thief", readLease(t, store, f.stream, shard).Owner)
+		require.Equal(t, ShardLeasedElsewhere, sub.Shards()[0].State)
+	})
 }
 
 // TestCloseDrainsFlushesReleases: Close waits for what the consumer holds, writes the
 // checkpoint and releases; the next subscriber resumes right after the last acked record.
 func TestCloseDrainsFlushesReleases(t *testing.T) {
-	done := goroutines(t)
+	done := noLeaks(t)
 	s := newStream(t, 1)
 	store := lease.NewMemory()
 	s.publish(10, 1)
@@ -312,9 +341,17 @@ func TestCloseDrainsFlushesReleases(t *testing.T) {
 	for _, m := range got[:6] {
 		require.NoError(t, m.Ack(context.Background()))
 	}
-	// The last one is acked while Close waits.
+	// The last one is acked once Close has begun.
 	go func() {
-		time.Sleep(200 * time.Millisecond)
+		for {
+			sub.mu.Lock()
+			closing := sub.closed
+			sub.mu.Unlock()
+			if closing {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
 		_ = got[6].Ack(context.Background())
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -343,12 +380,12 @@ func TestCloseDrainsFlushesReleases(t *testing.T) {
 }
 
 func TestCancelEndsSubscription(t *testing.T) {
-	done := goroutines(t)
+	done := noLeaks(t)
 	s := newStream(t, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	sub, err := Subscribe(ctx, s.c, s.name, testOpts(lease.NewMemory())...)
 	require.NoError(t, err)
-	time.Sleep(200 * time.Millisecond)
+	eventually(t, 30*time.Second, "both shards read", func() bool { return reading(sub) == 2 })
 	cancel()
 	ended := make(chan struct{})
 	go func() {
@@ -358,7 +395,7 @@ func TestCancelEndsSubscription(t *testing.T) {
 	}()
 	select {
 	case <-ended:
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("Messages not closed after ctx cancellation")
 	}
 	require.NoError(t, sub.Err())
@@ -368,7 +405,7 @@ func TestCancelEndsSubscription(t *testing.T) {
 
 func TestStreamNotFound(t *testing.T) {
 	c := testenv.Kinesis(t)
-	_, err := Subscribe(context.Background(), c, testenv.Name(t), WithRequestTimeout(2*time.Second))
+	_, err := Subscribe(context.Background(), c, testenv.Name(t), WithRequestTimeout(30*time.Second))
 	require.ErrorIs(t, err, ErrStreamNotFound)
 	require.Contains(t, err.Error(), "WithCreateIfMissing")
 }
@@ -391,13 +428,13 @@ func TestCreateIfMissing(t *testing.T) {
 func TestStreamDeletedIsFatal(t *testing.T) {
 	s := newStream(t, 1)
 	sub := subscribeT(t, s, testOpts(lease.NewMemory())...)
-	time.Sleep(200 * time.Millisecond)
+	eventually(t, 30*time.Second, "the shard read", func() bool { return reading(sub) == 1 })
 	_, err := s.c.DeleteStream(context.Background(), &kinesis.DeleteStreamInput{StreamName: aws.String(s.name)})
 	require.NoError(t, err)
 	select {
 	case _, ok := <-sub.Messages():
 		require.False(t, ok)
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("subscription did not end after its stream was deleted")
 	}
 	require.ErrorIs(t, sub.Err(), ErrStreamNotFound)
@@ -413,7 +450,7 @@ func TestAggregatedAndMalformedRecords(t *testing.T) {
 	bad := []byte("RSK1\x00\x00\x27\x0fnot really headers")
 	s.put("k", bad)
 	s.put("k", []byte("after"))
-	err := waitErr(t, sub, ErrAggregatedRecord, 5*time.Second)
+	err := waitErr(t, sub, ErrAggregatedRecord, 30*time.Second)
 	require.Contains(t, err.Error(), aggSeq)
 	got := recv(t, sub, 2, true)
 	require.Equal(t, bad, got[0].Data())
@@ -435,16 +472,28 @@ func TestSlowConsumerKeepsLeases(t *testing.T) {
 	for _, m := range recv(t, sub, 10, true) {
 		oc.see(t, m)
 	}
-	time.Sleep(5 * ttl)
+	// Five TTLs pass with the consumer away, and each lease is renewed at least 15 times
+	// (every TTL/3) meanwhile.
+	errs := collectErrors(sub)
+	start := time.Now()
+	renewed := map[string]int64{}
 	for _, id := range s.shardIDs() {
-		l := readLease(t, store, s.name, id)
-		require.True(t, l.Held(time.Now()), "lease of %s lost", id)
-		require.True(t, strings.HasPrefix(l.Owner, ""), "")
+		renewed[id] = readLease(t, store, s.name, id).Counter + 15
 	}
+	eventually(t, time.Minute, "five TTLs of renewals", func() bool {
+		for id, n := range renewed {
+			if readLease(t, store, s.name, id).Counter < n {
+				return false
+			}
+		}
+		return time.Since(start) >= 5*ttl
+	})
+	require.Equal(t, 2, reading(sub), "a lease was lost: %+v", sub.Shards())
+	require.Zero(t, errs.count(func(err error) bool { return errors.Is(err, ErrLeaseLost) }))
 	for _, m := range recv(t, sub, 190, true) {
 		oc.see(t, m)
 	}
-	quiet(t, sub, 200*time.Millisecond)
+	upTo(t, s, sub, nil) // nothing else
 }
 
 // TestMaxInFlightStopsFetching: a consumer that never acks gets at most the cap per shard.
@@ -452,8 +501,8 @@ func TestMaxInFlightStopsFetching(t *testing.T) {
 	s := newStream(t, 1)
 	s.publish(100, 1)
 	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()), WithMaxInFlight(10), WithBatchSize(5))...)
-	got := recv(t, sub, 10, false)
-	quiet(t, sub, 500*time.Millisecond)
+	got := holdToCap(t, sub, 1)
+	require.Len(t, got, 10, "deliveries without an ack")
 	for _, m := range got {
 		require.NoError(t, m.Ack(context.Background()))
 	}
@@ -481,11 +530,13 @@ func TestHandoverBeforeFirstCheckpoint(t *testing.T) {
 	s := newStream(t, 1)
 	store := lease.NewMemory()
 	sub := subscribeT(t, s, testOpts(store)...)
-	eventually(t, 3*time.Second, "the shard is read", func() bool {
+	eventually(t, 30*time.Second, "the shard is read", func() bool {
 		st := sub.Shards()
 		return len(st) == 1 && st[0].State == ShardReading
 	})
-	time.Sleep(100 * time.Millisecond) // the reader is open at the tip
+	eventually(t, 30*time.Second, "where the reader opened recorded", func() bool {
+		return strings.HasPrefix(readLease(t, store, s.name, s.shardIDs()[0]).Checkpoint, lease.AtTimestampPrefix)
+	})
 	require.NoError(t, sub.Close(context.Background()))
 	s.publish(3, 1) // nobody reads the shard now
 	sub2 := subscribeT(t, s, testOpts(store)...)
