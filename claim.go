@@ -57,7 +57,7 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	for _, id := range want {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func() {
+		go func() { // owned by this round, which waits for it (wg)
 			defer wg.Done()
 			defer func() { <-sem }()
 			if s.take(ctx, id, false, func(cctx context.Context) (bool, error) {
@@ -115,7 +115,7 @@ func (s *Subscriber) shed(v *view, n, k, mine int) {
 	for _, w := range mineNow[:max(min(mine-leaving-fair, len(mineNow)), 0)] {
 		w.leaving.Store(true)
 		s.keepers.Add(1)
-		go func() {
+		go func() { // owned by the subscriber; Close waits for it (keepers)
 			defer s.keepers.Done()
 			w.handBack()
 		}()

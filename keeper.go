@@ -19,7 +19,7 @@ func (w *worker) keep() {
 	defer flusher.Wait()
 	if s.cfg.checkpointInterval > 0 {
 		flusher.Add(1)
-		go func() {
+		go func() { // owned by the keeper, which waits for it before it returns
 			defer flusher.Done()
 			w.flushEvery(s.cfg.checkpointInterval)
 		}()

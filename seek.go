@@ -84,7 +84,7 @@ func (k *Seeker) seekStream(ctx context.Context, p Position) error {
 	var wg sync.WaitGroup
 	for i, m := range moves {
 		wg.Add(1)
-		go func() {
+		go func() { // owned by this Seek, which waits for it
 			defer wg.Done()
 			errs[i] = m.w.reposition(ctx, m.gen, p)
 		}()

@@ -178,3 +178,31 @@ func (w *worker) hasRoom() bool {
 	c := &w.sub.cfg
 	return c.maxInFlight-w.wm.unsettled() >= w.sub.refill() && w.wm.bytes <= c.maxInFlightBytes/2
 }
+
+// describe fills in what this shard's reader knows for Shards: its state and progress. It
+// takes only the shard's own lock, so a status read never waits on the subscriber.
+func (w *worker) describe(st *ShardStatus) {
+	switch {
+	case w.leaving.Load():
+		st.State = ShardHandingBack
+	case w.starting.Load():
+		st.State = ShardStarting
+	case w.rejected.Load():
+		st.State = ShardCheckpointRejected
+	default:
+		st.State = ShardReading
+	}
+	w.mu.Lock()
+	st.LastDelivered = w.lastSeq
+	st.InFlight = w.wm.inFlight()
+	st.InFlightBytes = w.wm.bytes
+	w.mu.Unlock()
+	if p := w.shown.Load(); p != nil {
+		st.LastCheckpoint = *p
+	}
+	st.MillisBehindLatest = w.millisBehind.Load()
+	st.Throttled = w.throttled.Load()
+	st.WaitingForAcks = w.waitingRoom.Load()
+	st.Checkpoints = w.checkpoints.Load()
+}
+

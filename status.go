@@ -68,29 +68,8 @@ func (s *Subscriber) Shards() []ShardStatus {
 		}
 		switch w := s.workers[id]; {
 		case w != nil && !w.lost.Load():
-			switch {
-			case w.leaving.Load():
-				st.State = ShardHandingBack
-			case w.starting.Load():
-				st.State = ShardStarting
-			case w.rejected.Load():
-				st.State = ShardCheckpointRejected
-			default:
-				st.State = ShardReading
-			}
+			w.describe(&st)
 			st.Owner = s.cfg.owner
-			w.mu.Lock()
-			st.LastDelivered = w.lastSeq
-			st.InFlight = w.wm.inFlight()
-			st.InFlightBytes = w.wm.bytes
-			w.mu.Unlock()
-			if p := w.shown.Load(); p != nil {
-				st.LastCheckpoint = *p
-			}
-			st.MillisBehindLatest = w.millisBehind.Load()
-			st.Throttled = w.throttled.Load()
-			st.WaitingForAcks = w.waitingRoom.Load()
-			st.Checkpoints = w.checkpoints.Load()
 		case s.finished[id]:
 			st.State = ShardFinished
 		case s.waiting[id] != "":

@@ -126,6 +126,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	}
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
 	s.bgCtx, s.stopBg = context.WithCancel(context.Background())
+	// Owned by the subscriber: stop waits for the coordinator and every reader (readers) before
+	// the final writes, and for the dispatcher and keepers (keepers) before it closes Errors; Close
+	// waits for the watcher (watchers), which turns Subscribe's ctx ending into a shutdown.
 	s.keepers.Add(1)
 	go s.dispatch()
 	s.readers.Add(1)
@@ -337,7 +340,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
-		go func() {
+		go func() { // owned by stop, which waits for it
 			defer wg.Done()
 			if err := w.retire(wctx); err != nil {
 				mu.Lock()
@@ -371,6 +374,9 @@ func handedOut(ws []*worker) int64 {
 // fail ends the subscription with a fatal error.
 func (s *Subscriber) fail(err error) {
 	s.log.Error("subscription failed", "err", err) // also Err(): the one place the cause is in both, for a process that reads neither
+	// Not owned by a WaitGroup: it is the shutdown itself, which Close (a caller's, or the one it
+	// runs) waits for through s.done. It cannot run inside fail's caller, a reader that
+	// shutdown waits for.
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cancelDrain)
 		defer cancel()
