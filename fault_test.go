@@ -78,32 +78,41 @@ func leaseTable(t *testing.T, client *dynamodb.Client) *lease.DynamoDB {
 	return lease.NewDynamoDB(client, name)
 }
 
-// errorLog drains a subscriber's Errors until it is closed.
-type errorLog struct {
-	mu   sync.Mutex
-	errs []error
-	done chan struct{}
+// collector gathers, on a goroutine of its own, what a channel carries until it is closed;
+// done is closed then.
+type collector[T any] struct {
+	mu    sync.Mutex
+	items []T
+	done  chan struct{}
 }
 
-func collectErrors(sub *Subscriber) *errorLog {
-	l := &errorLog{done: make(chan struct{})}
+func collect[S, T any](ch <-chan S, each func(S) T) *collector[T] {
+	c := &collector[T]{done: make(chan struct{})}
 	go func() {
-		defer close(l.done)
-		for err := range sub.Errors() {
-			l.mu.Lock()
-			l.errs = append(l.errs, err)
-			l.mu.Unlock()
+		defer close(c.done)
+		for v := range ch {
+			item := each(v)
+			c.mu.Lock()
+			c.items = append(c.items, item)
+			c.mu.Unlock()
 		}
 	}()
-	return l
+	return c
+}
+
+// errorLog drains a subscriber's Errors until it is closed.
+type errorLog struct{ *collector[error] }
+
+func collectErrors(sub *Subscriber) errorLog {
+	return errorLog{collect(sub.Errors(), func(err error) error { return err })}
 }
 
 // count returns how many collected errors satisfy match.
-func (l *errorLog) count(match func(error) bool) int {
+func (l errorLog) count(match func(error) bool) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
-	for _, err := range l.errs {
+	for _, err := range l.items {
 		if match(err) {
 			n++
 		}
@@ -112,11 +121,11 @@ func (l *errorLog) count(match func(error) bool) int {
 }
 
 // summary counts the collected errors by operation and cause, for the test log.
-func (l *errorLog) summary() map[string]int {
+func (l errorLog) summary() map[string]int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := map[string]int{}
-	for _, err := range l.errs {
+	for _, err := range l.items {
 		k := "other"
 		var se *ShardError
 		if errors.As(err, &se) {

@@ -129,31 +129,21 @@ type delivery struct {
 }
 
 // deliveryLog receives and acks everything a subscriber delivers, noting when.
-type deliveryLog struct {
-	mu   sync.Mutex
-	got  []delivery
-	done chan struct{}
-}
+type deliveryLog struct{ *collector[delivery] }
 
-func logDeliveries(sub *Subscriber) *deliveryLog {
-	l := &deliveryLog{done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		for m := range sub.Messages() {
-			l.mu.Lock()
-			l.got = append(l.got, delivery{m.ShardID(), time.Now()})
-			l.mu.Unlock()
-			_ = m.Ack(context.Background())
-		}
-	}()
-	return l
+func logDeliveries(sub *Subscriber) deliveryLog {
+	return deliveryLog{collect(sub.Messages(), func(m *Message) delivery {
+		d := delivery{m.ShardID(), time.Now()}
+		_ = m.Ack(context.Background())
+		return d
+	})}
 }
 
 // span returns the first and last delivery of shard, and how many there were.
-func (l *deliveryLog) span(shard string) (first, last time.Time, n int) {
+func (l deliveryLog) span(shard string) (first, last time.Time, n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, d := range l.got {
+	for _, d := range l.items {
 		if d.shard != shard {
 			continue
 		}
