@@ -54,9 +54,7 @@ func (k *Seeker) Seek(ctx context.Context, p Position) error {
 
 func (k *Seeker) seekStream(ctx context.Context, p Position) error {
 	s := k.s
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.lockOpen() {
 		return ErrClosed
 	}
 	s.epoch++
@@ -96,9 +94,7 @@ func (k *Seeker) seekStream(ctx context.Context, p Position) error {
 
 func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 	s := k.s
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.lockOpen() {
 		return ErrClosed
 	}
 	w := s.workers[p.shard]

@@ -234,9 +234,7 @@ func (s *Subscriber) StreamName() string { return s.stream }
 // once the writes are durable. Ack never waits on the store; Commit is for callers that need a
 // checkpoint at a chosen moment. A shard whose lease was lost is skipped.
 func (s *Subscriber) Commit(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.lockOpen() {
 		return ErrClosed
 	}
 	ws := make([]*worker, 0, len(s.workers))
@@ -417,6 +415,16 @@ func (s *Subscriber) reportAll(err error) {
 		se = &ShardError{Stream: s.stream, Op: OpCheckpoint, Err: err}
 	}
 	s.report(se)
+}
+
+// lockOpen takes s.mu and reports true, unless the subscriber is closing or closed.
+func (s *Subscriber) lockOpen() bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	return true
 }
 
 func (s *Subscriber) nudge() {
