@@ -33,6 +33,9 @@ type fakeStream struct {
 	beforeGetIterator func(ctx context.Context, in *kinesis.GetShardIteratorInput) error
 	// beforeListShards is the same for ListShards.
 	beforeListShards func(ctx context.Context) error
+	// perRecord, when set, is how long GetRecords takes for each record it returns, as a large
+	// response takes longer to arrive.
+	perRecord time.Duration
 }
 
 type fakeShard struct {
@@ -264,6 +267,16 @@ func (f *fakeStream) GetRecords(ctx context.Context, in *kinesis.GetRecordsInput
 		return nil, fakeNotFound("shard")
 	}
 	end := min(len(sh.records), next+int(aws.ToInt32(in.Limit)))
+	if d := f.perRecord * time.Duration(end-next); d > 0 {
+		f.mu.Unlock()
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			f.mu.Lock()
+			return nil, ctx.Err()
+		}
+		f.mu.Lock()
+	}
 	out := &kinesis.GetRecordsOutput{
 		Records:            append([]types.Record(nil), sh.records[next:end]...),
 		MillisBehindLatest: aws.Int64(0),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -533,3 +534,32 @@ func TestErrorsAreShardErrors(t *testing.T) {
 		store.set(storeOK)
 	})
 }
+
+// TestSlowLargeReadsShrink: a GetRecords response that cannot arrive within the request timeout
+// (here 1ms a record against a 100ms timeout, with pages of 1000 asked for) would time out again
+// at the same size forever; the reader halves what it asks for until pages arrive, so the shard
+// moves on.
+func TestSlowLargeReadsShrink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("slow", 1)
+		f.perRecord = time.Millisecond
+		payloads := make([]string, 3000)
+		for i := range payloads {
+			payloads[i] = strconv.Itoa(i)
+		}
+		f.add(0, time.Now(), payloads...)
+		sub := subscribeFake(t, f, fakeOpts(WithRequestTimeout(100*time.Millisecond), WithBatchSize(1000),
+			WithInitialPosition(Horizon()))...)
+		deadline := time.After(time.Minute) // of the bubble's time: pages of 100 take seconds
+		for i := range payloads {
+			select {
+			case m := <-sub.Messages():
+				require.Equal(t, payloads[i], string(m.Data()))
+				require.NoError(t, m.Ack(context.Background()))
+			case <-deadline:
+				t.Fatalf("%d of %d records after a minute", i, len(payloads))
+			}
+		}
+	})
+}
+

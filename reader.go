@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -21,6 +22,7 @@ type reader struct {
 	// fromCheckpoint: start is the stored checkpoint and the shard has not been opened yet.
 	fromCheckpoint bool
 	recordSize     int // mean size of the records last fetched, for the byte cap
+	ask            int // the most records to ask for: WithBatchSize, less after calls timed out
 	attempt        int
 }
 
@@ -43,11 +45,18 @@ func (r *reader) loop() bool {
 		}
 		// Ask for no more than the caps have room for, so that a page does not carry the shard
 		// past them.
-		pg, err := r.src.next(r.ctx, min(int(s.cfg.batchSize), r.room()))
+		limit := min(r.ask, r.room())
+		pg, err := r.src.next(r.ctx, limit)
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && r.ctx.Err() == nil {
+				// A response too large to arrive within the request timeout (a slow network,
+				// a busy server) would time out again at the same size: ask for half.
+				r.ask = max(limit/2, 1)
+			}
 			r.failed(opOf(err, OpGetRecords), err)
 			continue
 		}
+		r.ask = min(r.ask*2, int(s.cfg.batchSize))
 		r.attempt = 0
 		w.throttled.Store(false)
 		w.millisBehind.Store(pg.millisBehind)

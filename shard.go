@@ -148,7 +148,8 @@ func (w *worker) run() {
 	// Until a response shows their size, records count as the largest the service takes.
 	src := w.sub.sourceFor(w.id)
 	defer src.close()
-	r := reader{w: w, src: src, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt, recordSize: maxRecordBytes}
+	r := reader{w: w, src: src, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt, recordSize: maxRecordBytes,
+		ask: int(w.sub.cfg.batchSize)}
 	finished := r.loop()
 	switch {
 	case finished:
@@ -205,4 +206,3 @@ func (w *worker) describe(st *ShardStatus) {
 	st.WaitingForAcks = w.waitingRoom.Load()
 	st.Checkpoints = w.checkpoints.Load()
 }
-

@@ -207,6 +207,10 @@ func (r *run) start(slot int) (*proc, error) {
 	r.mu.Unlock()
 	owner := fmt.Sprintf("c%d.%d", slot, inc)
 	p := &proc{owner: owner, log: filepath.Join(r.dir, owner+".log"), done: make(chan struct{})}
+	// The log exists from the start: a process killed before it opened its log read nothing.
+	if err := os.WriteFile(p.log, nil, 0o644); err != nil {
+		return nil, err
+	}
 	stderr, err := os.Create(filepath.Join(r.dir, owner+".stderr"))
 	if err != nil {
 		return nil, err
