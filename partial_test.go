@@ -562,4 +562,3 @@ func TestSlowLargeReadsShrink(t *testing.T) {
 		}
 	})
 }
-
