@@ -4,38 +4,80 @@ import (
 	"context"
 )
 
-// dispatch moves deliveries from the readers to the consumer, dropping those whose shard has
-// moved on (sought, lost, closing) since they were fetched. A seeker's fence makes it re-check
-// the delivery it holds, so nothing fetched before a seek reaches the consumer after it.
+// Dispatcher states, under dispatchMu.
+const (
+	dispatchIdle    = iota // Messages was never called
+	dispatchRunning        // the dispatcher runs (or waits for a pull loop to end)
+	dispatchStopped        // Close stopped it, or stopped the subscription before it ran
+)
+
+// Messages returns the channel of delivered records. It is closed exactly once, after Close,
+// after ctx cancellation or after a fatal error (see Err), so ranging over it always ends.
+// Records of one shard arrive in order; records of different shards interleave.
+//
+// The first call makes the channel this subscription's way of consuming, for good: records
+// flow into it once any All or Batches loop running then has ended, and later All or Batches
+// calls yield ErrConsumerBusy. Nothing is lost in the change: the channel goes on with what the
+// loop left.
+func (s *Subscriber) Messages() <-chan *Message {
+	s.dispatchMu.Lock()
+	defer s.dispatchMu.Unlock()
+	if s.dispatchState == dispatchIdle {
+		s.dispatchState = dispatchRunning
+		s.keepers.Add(1)
+		go s.dispatch() // owned by the subscriber; stop ends it and waits (keepers)
+	}
+	return s.out
+}
+
+// dispatch hands deliveries to the consumer through Messages, dropping those whose shard has
+// moved on (sought, lost, closing) since they were fetched. A fence makes it re-check the
+// delivery it holds, so nothing fetched before a seek reaches the consumer after it.
 func (s *Subscriber) dispatch() {
 	defer s.keepers.Done()
 	defer close(s.dispatchDone)
 	defer close(s.out)
-	var page []Message // what is left of one reader's page: one shard, one generation
-	for {
-		if len(page) == 0 {
-			select {
-			case page = <-s.in:
-			case ack := <-s.fence:
-				if ack == nil {
-					return
-				}
-				close(ack)
-			}
-			continue
-		}
-		m := &page[0]
-		if m.gen != m.shard.gate.Load() {
-			page = nil
-			continue
-		}
-		m.shard.handedOut.Add(1)
+	// Take the hand-off from any pull loop, for good, answering fences meanwhile.
+	for taken := false; !taken; {
 		select {
-		case s.out <- m:
-			page = page[1:]
+		case <-s.hand.token:
+			taken = true
 		case ack := <-s.fence:
-			// The loop re-checks the gate before the next send.
-			m.shard.handedOut.Add(-1)
+			if ack == nil {
+				return
+			}
+			close(ack)
+		}
+	}
+	var held *Message
+	defer func() {
+		if held != nil {
+			held.shard.handedOut.Add(-1)
+		}
+	}()
+	for {
+		if held == nil {
+			if held = s.hand.take(); held == nil {
+				select {
+				case page := <-s.hand.in:
+					s.hand.refill(page)
+				case ack := <-s.fence:
+					if ack == nil {
+						return
+					}
+					close(ack)
+				}
+				continue
+			}
+		}
+		select {
+		case s.out <- held:
+			held = nil
+		case ack := <-s.fence:
+			if held.gen != held.shard.gate.Load() {
+				held.shard.handedOut.Add(-1)
+				held = nil
+			}
 			if ack == nil {
 				return
 			}
@@ -44,13 +86,22 @@ func (s *Subscriber) dispatch() {
 	}
 }
 
-// fenceDispatch returns once the dispatcher has re-checked the delivery it holds.
+// fenceDispatch returns once no consumer can be handed a delivery checked against a gate as it
+// was before the caller bumped it: a pull in progress has finished its check, and the
+// dispatcher, if it runs, has re-checked the delivery it holds.
 func (s *Subscriber) fenceDispatch(ctx context.Context) error {
+	s.hand.fence()
+	s.dispatchMu.Lock()
+	running := s.dispatchState == dispatchRunning
+	s.dispatchMu.Unlock()
+	if !running {
+		return nil
+	}
 	ack := make(chan struct{})
 	select {
 	case s.fence <- ack:
 	case <-s.dispatchDone:
-		return ErrClosed
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -59,5 +110,21 @@ func (s *Subscriber) fenceDispatch(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// stopDispatch ends the dispatcher and closes Messages, exactly once.
+func (s *Subscriber) stopDispatch() {
+	s.dispatchMu.Lock()
+	state := s.dispatchState
+	s.dispatchState = dispatchStopped
+	s.dispatchMu.Unlock()
+	switch state {
+	case dispatchIdle:
+		close(s.out)
+		close(s.dispatchDone)
+	case dispatchRunning:
+		s.fence <- nil
+		<-s.dispatchDone
 	}
 }

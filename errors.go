@@ -29,6 +29,10 @@ var (
 	// ErrLeaseLost is reported (on Errors, in a ShardError) when a shard's lease was taken
 	// over or could not be renewed in time; that shard's reader stops, the others go on.
 	ErrLeaseLost = errors.New("kinesub: lease lost")
+	// ErrConsumerBusy is yielded at once by All or Batches while another All or Batches loop
+	// runs, or after Messages was called: one consumer pulls at a time, so that the stream is
+	// never split silently between two.
+	ErrConsumerBusy = errors.New("kinesub: another consumer is reading this subscription")
 	// ErrAlreadySettled is returned by a second Ack or Nack of the same Message.
 	ErrAlreadySettled = errors.New("kinesub: message already settled")
 	// ErrCheckpointRejected is reported (on Errors, in a ShardError) when Kinesis refuses to

@@ -7,19 +7,18 @@ import (
 	"time"
 )
 
-// newGateHarness builds just the dispatcher side of a Subscriber: deliveries pushed into s.in
-// come out of Messages unless their stamp is stale.
+// newGateHarness builds just the consumer side of a Subscriber: deliveries pushed into
+// s.hand.in come out of Messages unless their stamp is stale.
 func newGateHarness(t *testing.T) *Subscriber {
 	s := &Subscriber{
-		in:           make(chan []Message, 16),
+		hand:         newHandoff(16),
 		out:          make(chan *Message),
 		fence:        make(chan chan struct{}),
 		dispatchDone: make(chan struct{}),
 	}
-	s.keepers.Add(1)
-	go s.dispatch()
+	s.Messages()
 	t.Cleanup(func() {
-		s.fence <- nil
+		s.stopDispatch()
 		s.keepers.Wait()
 	})
 	return s
@@ -44,7 +43,7 @@ func TestGateDropsStaleStamps(t *testing.T) {
 				s := newGateHarness(t)
 				w := &worker{id: "shard-1"}
 				w.gate.Store(tc.gate)
-				s.in <- []Message{{shard: w, gen: tc.stamp, data: []byte(tc.name)}}
+				s.hand.in <- []Message{{shard: w, gen: tc.stamp, data: []byte(tc.name)}}
 				select {
 				case m := <-s.out:
 					if !tc.delivers {
@@ -69,13 +68,13 @@ func TestFenceRetractsHeldDelivery(t *testing.T) {
 func testFenceRetractsHeldDelivery(t *testing.T) {
 	s := newGateHarness(t)
 	w := &worker{id: "shard-1"}
-	s.in <- []Message{{shard: w, gen: 0, data: []byte("pre-seek")}, {shard: w, gen: 0, data: []byte("pre-seek too")}}
+	s.hand.in <- []Message{{shard: w, gen: 0, data: []byte("pre-seek")}, {shard: w, gen: 0, data: []byte("pre-seek too")}}
 	synctest.Wait() // the dispatcher now holds the first, blocked on the consumer
 	w.gate.Add(1)
 	if err := s.fenceDispatch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s.in <- []Message{{shard: w, gen: 1, data: []byte("post-seek")}}
+	s.hand.in <- []Message{{shard: w, gen: 1, data: []byte("post-seek")}}
 	select {
 	case m := <-s.out:
 		if string(m.data) != "post-seek" {

@@ -301,7 +301,7 @@ func (r *reader) deliver(records []types.Record) bool {
 		return true
 	}
 	select {
-	case s.in <- msgs:
+	case s.hand.in <- msgs:
 		return true
 	case <-r.ctx.Done():
 	case <-w.seekNote:

@@ -100,7 +100,6 @@ func (w *worker) stopKeeper() { w.stopOnce.Do(func() { close(w.keeperStop) }) }
 
 // settle records the consumer's verdict on m.
 func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
-	s := w.sub
 	w.handedOut.Add(-1)
 	if !handled {
 		return nil
@@ -111,20 +110,32 @@ func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
 		return nil
 	}
 	advanced := w.wm.settle(m.index)
+	roomy := w.noteSettled(advanced)
+	w.mu.Unlock()
+	return w.settled(ctx, advanced, roomy)
+}
+
+// noteSettled marks the watermark for the flusher when acks advanced it, and reports whether
+// the shard has room to read again. Called with w.mu held.
+func (w *worker) noteSettled(advanced bool) bool {
 	if advanced {
 		w.dirty = true
 	}
-	// A waiting reader is woken only once the room it waits for is there (which includes every
-	// delivery settled, what a finishing reader waits for), not by every ack.
-	roomy := w.hasRoom()
-	w.mu.Unlock()
+	return w.hasRoom()
+}
+
+// settled follows up on acks, outside w.mu: it wakes a reader waiting for room, and writes at
+// once with WithCheckpointInterval(0). A waiting reader is woken only once the room it waits for
+// is there (which includes every delivery settled, what a finishing reader waits for), not by
+// every ack.
+func (w *worker) settled(ctx context.Context, advanced, roomy bool) error {
 	if roomy && w.waitingRoom.Load() {
 		select {
 		case w.room <- struct{}{}:
 		default:
 		}
 	}
-	if advanced && s.cfg.checkpointInterval == 0 {
+	if advanced && w.sub.cfg.checkpointInterval == 0 {
 		return w.flush(ctx)
 	}
 	return nil

@@ -30,11 +30,14 @@ type Subscriber struct {
 	log    *slog.Logger
 	seeker *Seeker
 
-	in    chan []Message     // readers → dispatcher, a page at a time
-	out   chan *Message      // dispatcher → consumer
+	hand  *handoff           // readers → consumer
+	out   chan *Message      // dispatcher → consumer (Messages)
 	fence chan chan struct{} // seekers and Close re-check the dispatcher's held delivery
-	errs  chan error
-	wake  chan struct{} // asks the coordinator for an early round
+
+	dispatchMu    sync.Mutex
+	dispatchState int // dispatchIdle, dispatchRunning, dispatchStopped
+	errs          chan error
+	wake          chan struct{} // asks the coordinator for an early round
 
 	runCtx       context.Context // ends when the subscription stops reading
 	stopRun      context.CancelFunc
@@ -100,7 +103,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		client:       client,
 		stream:       stream,
 		log:          cfg.logger.With(logStream, stream),
-		in:           make(chan []Message, cfg.bufferPages),
+		hand:         newHandoff(cfg.bufferPages),
 		out:          make(chan *Message),
 		fence:        make(chan chan struct{}),
 		errs:         make(chan error, errorsBuffer),
@@ -127,10 +130,8 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
 	s.bgCtx, s.stopBg = context.WithCancel(context.Background())
 	// Owned by the subscriber: stop waits for the coordinator and every reader (readers) before
-	// the final writes, and for the dispatcher and keepers (keepers) before it closes Errors; Close
-	// waits for the watcher (watchers), which turns Subscribe's ctx ending into a shutdown.
-	s.keepers.Add(1)
-	go s.dispatch()
+	// the final writes, and for the keepers (keepers) before it closes Errors; Close waits for
+	// the watcher (watchers), which turns Subscribe's ctx ending into a shutdown.
 	s.readers.Add(1)
 	go s.coordinate()
 	s.watchers.Add(1)
@@ -208,11 +209,6 @@ func (s *Subscriber) checkStore(ctx context.Context) error {
 }
 
 func (s *Subscriber) leaseKey(shard string) string { return s.stream + "/" + shard }
-
-// Messages returns the channel of delivered records. It is closed exactly once, after Close,
-// after ctx cancellation or after a fatal error (see Err), so ranging over it always ends.
-// Records of one shard arrive in order; records of different shards interleave.
-func (s *Subscriber) Messages() <-chan *Message { return s.out }
 
 // Errors returns non-fatal problems as they happen (a shard's read failed and is retried, a
 // lease store call failed, a lease was lost, a record could not be decoded). Reading it is
@@ -348,9 +344,8 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		}()
 	}
 	wg.Wait()
-	s.stopBg()     // whatever still writes (a hand-back, a finished shard's release) gives up now
-	s.fence <- nil // stops the dispatcher
-	<-s.dispatchDone
+	s.stopBg() // whatever still writes (a hand-back, a finished shard's release) gives up now
+	s.stopDispatch()
 	s.keepers.Wait()
 	s.errMu.Lock()
 	s.errsClosed = true

@@ -1,0 +1,119 @@
+package kinesub
+
+import (
+	"context"
+	"iter"
+	"sync/atomic"
+)
+
+// All returns an iterator over the delivered records, one at a time, run in the caller's
+// goroutine: no channel operation per record.
+//
+//	for m, err := range sub.All(ctx) {
+//		if err != nil { … } // the subscription ended with a fatal error (Err)
+//		handle(m)
+//		m.Ack(ctx)
+//	}
+//
+// The loop ends when ctx is done or the subscription is closed; a fatal error is yielded once
+// first. Leaving the loop early loses nothing: what was fetched and not yet yielded stays
+// queued for the next All, Batches or Messages. Only one consumer pulls at a time: All while
+// another All or Batches loop runs, or after Messages was called, yields ErrConsumerBusy at
+// once. As with Messages, nothing fetched before a Seek returns is yielded after it: each
+// record is checked against its shard's position when it is pulled.
+func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
+	return func(yield func(*Message, error) bool) {
+		s.pull(ctx, func() bool {
+			for m := s.hand.take(); m != nil; m = s.hand.take() {
+				if !yield(m, nil) {
+					return false
+				}
+			}
+			return true
+		}, func(err error) { yield(nil, err) })
+	}
+}
+
+// Batches returns an iterator over the delivered records a batch at a time: each Batch holds
+// consecutive records of one shard, in order (up to one GetRecords page). It behaves as All
+// does (ending, errors, leaving early, one consumer at a time, seeks), with the check made once
+// a batch.
+func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
+	return func(yield func(*Batch, error) bool) {
+		s.pull(ctx, func() bool {
+			page := s.hand.takeAll()
+			if page == nil {
+				return true
+			}
+			b := &Batch{msgs: make([]*Message, len(page))}
+			for i := range page {
+				b.msgs[i] = &page[i]
+			}
+			return yield(b, nil)
+		}, func(err error) { yield(nil, err) })
+	}
+}
+
+// pull runs a pull loop: drain takes and yields what the hand-off holds, reporting false once
+// the caller left the loop; it is called again after each new page. fail yields an error.
+func (s *Subscriber) pull(ctx context.Context, drain func() bool, fail func(error)) {
+	select {
+	case <-s.hand.token:
+	default:
+		fail(ErrConsumerBusy)
+		return
+	}
+	defer func() { s.hand.token <- struct{}{} }()
+	for drain() {
+		if !s.hand.wait(ctx, s.done) {
+			if ctx.Err() == nil {
+				if err := s.Err(); err != nil {
+					fail(err)
+				}
+			}
+			return
+		}
+	}
+}
+
+// Batch is consecutive records of one shard, in order, as Batches yields them. It is safe for
+// concurrent use.
+type Batch struct {
+	msgs []*Message
+}
+
+// ShardID returns the id of the shard the batch's records were read from.
+func (b *Batch) ShardID() string { return b.msgs[0].ShardID() }
+
+// Messages returns the batch's records, in order. Each can be settled on its own (Ack, Nack).
+func (b *Batch) Messages() []*Message { return b.msgs }
+
+// Ack acks every message of the batch not yet settled, at the cost of about one Ack: the
+// shard's watermark is updated once. It returns ErrClosed once Close has returned, and with
+// WithCheckpointInterval(0) the checkpoint write's error.
+func (b *Batch) Ack(ctx context.Context) error {
+	return b.msgs[0].shard.settleAll(ctx, b.msgs)
+}
+
+// settleAll acks every message of ms not yet settled; all are of this shard.
+func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
+	if w.closed() {
+		return ErrClosed
+	}
+	n := 0
+	advanced := false
+	w.mu.Lock()
+	for _, m := range ms {
+		if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
+			continue
+		}
+		n++
+		if m.gen == w.gen && w.wm.settle(m.index) {
+			advanced = true
+		}
+	}
+	roomy := w.noteSettled(advanced)
+	w.mu.Unlock()
+	w.handedOut.Add(-int64(n))
+	return w.settled(ctx, advanced, roomy)
+}
