@@ -21,7 +21,7 @@ endef
 .PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet
 
 test:
-	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./...)
+	$(call with-emulators, $(GO) vet ./... && (cd bench && $(GO) vet ./...) && $(GO) test -race -count=1 -timeout 12m ./...)
 
 # stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes
 # spin on the CPU beside it (as many as there are CPUs by default), and every test runs twice,
@@ -50,9 +50,11 @@ chaos:
 	$(call with-emulators, $(GO) run ./cmd/chaos $(CHAOSFLAGS))
 
 # bench prints speed and memory figures as ratios against baselines measured in the same run
-# (bench/main.go: in-process go benchmarks, then end to end on the local Kinesis server).
+# (bench/: in-process go benchmarks, then end to end on the local Kinesis server beside the peer
+# Go consumer). bench/ is a module of its own, so the peer stays out of the library's go.mod.
+# Pass flags with BENCHFLAGS, e.g. make bench BENCHFLAGS='-pairs 3 -records 50000'.
 bench:
-	$(call with-emulators, $(GO) run ./bench)
+	$(call with-emulators, cd bench && $(GO) run . $(BENCHFLAGS))
 
 emulators-up:
 	$(EMU) up

@@ -14,6 +14,23 @@
 //		msg.Ack(ctx)
 //	}
 //
+// # Consuming
+//
+// Messages is a channel, for select-based code. All and Batches are pull iterators that run in
+// the consumer's goroutine, with no channel operation per record; Batches yields consecutive
+// records of one shard, and Batch.Ack settles them with one watermark update:
+//
+//	for b, err := range sub.Batches(ctx) {
+//		if err != nil { … } // the subscription ended with a fatal error (Err)
+//		for _, m := range b.Messages() { handle(m) }
+//		b.Ack(ctx)
+//	}
+//
+// Leaving a loop early loses nothing: the next loop, or Messages, goes on with what it left.
+// One consumer pulls at a time (ErrConsumerBusy); once Messages was called, the channel
+// consumes for good. Every style keeps the seek guarantee: nothing fetched before Seek
+// returns is handed out after it.
+//
 // # Lifecycle
 //
 // Subscribe validates its options before any I/O, checks that the stream exists (or creates it

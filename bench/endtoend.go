@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gostream/kinesub"
+	"github.com/gostream/kinesub/internal/heapwatch"
+	"github.com/gostream/kinesub/lease"
+)
+
+// ---- End to end on the local Kinesis server ----
+
+type pass struct {
+	wall    time.Duration
+	cpu     time.Duration // user + system CPU of this process
+	records int
+	writes  int64 // checkpoint writes while consuming
+	final   int64 // checkpoint writes including Close
+}
+
+func (p pass) rate() float64         { return float64(p.records) / p.wall.Seconds() }
+func (p pass) cpuPerRecord() float64 { return float64(p.cpu.Nanoseconds()) / float64(p.records) }
+
+func endToEndFigures() error {
+	fmt.Println("== End to end: local Kinesis server (kinesalite) ==")
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
+	if err != nil {
+		return err
+	}
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+		cfg.Credentials = aws.AnonymousCredentials{} // the local server accepts any request
+	}
+	client := kinesis.NewFromConfig(cfg)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	stream := "kinesub-bench-" + hex.EncodeToString(b[:])
+	shards, err := createStream(ctx, client, stream, int32(*shardCount))
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = client.DeleteStream(dctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream), EnforceConsumerDeletion: aws.Bool(true)})
+	}()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := publish(ctx, client, stream, *records, *recordSize); err != nil {
+		return err
+	}
+	fmt.Printf("published %d records of %d bytes to %d shards with the Publisher in %.1fs (%.0f records/s)\n",
+		*records, *recordSize, *shardCount, time.Since(start).Seconds(), float64(*records)/time.Since(start).Seconds())
+
+	var profile *os.File
+	if *cpuProfile != "" {
+		if profile, err = os.Create(*cpuProfile); err != nil {
+			return err
+		}
+		defer profile.Close()
+	}
+	styles := []string{"messages", "all", "batches"}
+	var raws, peers []pass
+	subs := map[string][]pass{}
+	for i := range *pairs {
+		r, err := rawPass(ctx, client, stream, shards, *records)
+		if err != nil {
+			return fmt.Errorf("raw pass %d: %w", i+1, err)
+		}
+		raws = append(raws, r)
+		line := fmt.Sprintf("  round %d: raw %6.0f/s %5.0f ns", i+1, r.rate(), r.cpuPerRecord())
+		for _, style := range styles {
+			if profile != nil && style == "messages" {
+				if err := pprof.StartCPUProfile(profile); err != nil {
+					return err
+				}
+			}
+			s, err := kinesubPass(ctx, client, stream, *records, 5*time.Second, style)
+			if profile != nil && style == "messages" {
+				pprof.StopCPUProfile()
+				profile = nil // one pass is enough, and keeps the others unprofiled
+			}
+			if err != nil {
+				return fmt.Errorf("kinesub %s pass %d: %w", style, i+1, err)
+			}
+			subs[style] = append(subs[style], s)
+			line += fmt.Sprintf(" | %s %6.0f/s %5.0f ns", style, s.rate(), s.cpuPerRecord())
+		}
+		p, err := harlowPass(ctx, client, stream, *records)
+		if err != nil {
+			return fmt.Errorf("harlow pass %d: %w", i+1, err)
+		}
+		peers = append(peers, p)
+		fmt.Printf("%s | harlow %6.0f/s %5.0f ns (records/s, ns CPU/record)\n", line, p.rate(), p.cpuPerRecord())
+	}
+	med := func(ps []pass, f func(pass) float64) float64 {
+		var xs []float64
+		for _, p := range ps {
+			xs = append(xs, f(p))
+		}
+		return median(xs)
+	}
+	// ratio is the median of the per-round ratios, so that both sides of each ran under the same load.
+	ratio := func(ps, base []pass, f func(pass) float64) float64 {
+		var xs []float64
+		for i := range min(len(ps), len(base)) {
+			xs = append(xs, f(ps[i])/f(base[i]))
+		}
+		return median(xs)
+	}
+	fmt.Printf("%d rounds, passes alternating in each (raw, kinesub Messages(), All, Batches, harlow), medians.\n", *pairs)
+	fmt.Printf("kinesub: WithStartAt(Horizon()), WithBatchSize(10000), poll %v, fresh lease.Memory, ack each record (Batches: one Ack a batch);\n", pollEvery)
+	fmt.Printf("raw: one goroutine per shard, TRIM_HORIZON, Limit 10000; harlow: github.com/harlow/kinesis-consumer %s, Scan, TRIM_HORIZON,\n", harlowVersion)
+	fmt.Printf("max records 10000, scan interval %v, its memory checkpoint store (a checkpoint a record)\n", pollEvery)
+	fmt.Printf("  raw GetRecords loop      %8.0f records/s  %7.0f ns CPU/record\n", med(raws, pass.rate), med(raws, pass.cpuPerRecord))
+	for _, style := range styles {
+		fmt.Printf("  kinesub %-9s        %8.0f records/s  %7.0f ns CPU/record\n", style, med(subs[style], pass.rate), med(subs[style], pass.cpuPerRecord))
+	}
+	fmt.Printf("  harlow                   %8.0f records/s  %7.0f ns CPU/record\n", med(peers, pass.rate), med(peers, pass.cpuPerRecord))
+	goals := map[string]float64{"messages": 1.10, "all": 1.10, "batches": 1.05}
+	for _, style := range styles {
+		rr, cr := ratio(subs[style], raws, pass.rate), ratio(subs[style], raws, pass.cpuPerRecord)
+		hr, hc := ratio(subs[style], peers, pass.rate), ratio(subs[style], peers, pass.cpuPerRecord)
+		fmt.Printf("  %-9s ÷ raw: records/s %5.3f (goal ≥ 0.98: %s), CPU/record %5.3f (goal ≤ %.2f: %s); ÷ harlow: records/s %5.2f, CPU/record %5.2f (goal > 1 and < 1: %s)\n",
+			style, rr, verdict(rr >= 0.98), cr, goals[style], verdict(cr <= goals[style]), hr, hc, verdict(hr > 1 && hc < 1))
+	}
+	var writes []float64
+	for _, s := range subs["messages"] {
+		writes = append(writes, float64(s.final)*10000/float64(s.records))
+	}
+	subsMsgs := subs["messages"]
+
+	every, err := kinesubPass(ctx, client, stream, *records, 0, "messages")
+	if err != nil {
+		return fmt.Errorf("every-advance pass: %w", err)
+	}
+	fmt.Printf("  checkpoint writes per 10,000 acks: coalesced (5s) %.2f, every advance %.0f (coalesced ÷ every advance %.1e); every-advance pass %0.f records/s, %.0f ns CPU/record (÷ coalesced: %.2f, %.2f)\n",
+		median(writes), float64(every.final)*10000/float64(every.records), median(writes)/(float64(every.final)*10000/float64(every.records)),
+		every.rate(), every.cpuPerRecord(), every.rate()/med(subsMsgs, pass.rate), every.cpuPerRecord()/med(subsMsgs, pass.cpuPerRecord))
+
+	if err := heapPass(ctx, client, stream, *heapCap); err != nil {
+		return fmt.Errorf("never-acking pass: %w", err)
+	}
+	return nil
+}
+
+func createStream(ctx context.Context, client *kinesis.Client, stream string, shards int32) ([]string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := client.CreateStream(cctx, &kinesis.CreateStreamInput{
+		StreamName: aws.String(stream), ShardCount: aws.Int32(shards),
+		StreamModeDetails: &types.StreamModeDetails{StreamMode: types.StreamModeProvisioned},
+	}); err != nil {
+		return nil, fmt.Errorf("create stream: %w", err)
+	}
+	w := kinesis.NewStreamExistsWaiter(client, func(o *kinesis.StreamExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 20*time.Millisecond, 200*time.Millisecond
+	})
+	if err := w.Wait(cctx, &kinesis.DescribeStreamInput{StreamName: aws.String(stream)}, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("wait for stream: %w", err)
+	}
+	out, err := client.ListShards(cctx, &kinesis.ListShardsInput{StreamName: aws.String(stream)})
+	if err != nil {
+		return nil, fmt.Errorf("list shards: %w", err)
+	}
+	var ids []string
+	for _, sh := range out.Shards {
+		ids = append(ids, aws.ToString(sh.ShardId))
+	}
+	return ids, nil
+}
+
+// publish writes n records of size bytes with the Publisher, from a few goroutines at once.
+func publish(ctx context.Context, client *kinesis.Client, stream string, n, size int) error {
+	pub, err := kinesub.NewPublisher(client, stream)
+	if err != nil {
+		return err
+	}
+	const writers = 4
+	errs := make([]error, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var recs []kinesub.Record
+			for i := w; i < n; i += writers {
+				data := make([]byte, size)
+				copy(data, strconv.Itoa(i))
+				recs = append(recs, kinesub.Record{PartitionKey: "key-" + strconv.Itoa(i%1024), Data: data})
+			}
+			pctx, cancel := context.WithTimeout(ctx, passTimeout)
+			defer cancel()
+			errs[w] = pub.PublishBatch(pctx, recs)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func rawPass(ctx context.Context, client *kinesis.Client, stream string, shards []string, n int) (pass, error) {
+	runtime.GC()
+	ctx, cancel := context.WithTimeout(ctx, passTimeout)
+	defer cancel()
+	var total atomic.Int64
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	start, cpu0 := time.Now(), cpuTime()
+	for i, shard := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			it, err := client.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{
+				StreamName: aws.String(stream), ShardId: aws.String(shard), ShardIteratorType: types.ShardIteratorTypeTrimHorizon,
+			})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			iter := it.ShardIterator
+			for total.Load() < int64(n) && iter != nil {
+				out, err := client.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(10000)})
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				total.Add(int64(len(out.Records)))
+				iter = out.NextShardIterator
+				if len(out.Records) == 0 {
+					time.Sleep(pollEvery)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	p := pass{wall: time.Since(start), cpu: cpuTime() - cpu0, records: int(total.Load())}
+	if err := errors.Join(errs...); err != nil {
+		return p, err
+	}
+	if p.records != n {
+		return p, fmt.Errorf("read %d records, want %d", p.records, n)
+	}
+	return p, nil
+}
+
+// countingStore counts the checkpoint writes that reach a lease store.
+type countingStore struct {
+	lease.Store
+	checkpoints atomic.Int64
+}
+
+func (c *countingStore) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+	c.checkpoints.Add(1)
+	return c.Store.Checkpoint(ctx, key, owner, seq)
+}
+
+// kinesubPass subscribes from the oldest record, acks every message as it arrives and closes
+// once n were received. The clock and the CPU count stop at the last ack.
+func kinesubPass(ctx context.Context, client *kinesis.Client, stream string, n int, checkpointEvery time.Duration, style string) (pass, error) {
+	runtime.GC()
+	store := &countingStore{Store: lease.NewMemory()}
+	start, cpu0 := time.Now(), cpuTime()
+	sub, err := kinesub.Subscribe(ctx, client, stream,
+		kinesub.WithStartAt(kinesub.Horizon()),
+		kinesub.WithBatchSize(10000),
+		kinesub.WithPollInterval(pollEvery),
+		kinesub.WithLeaseStore(store),
+		kinesub.WithCheckpointInterval(checkpointEvery))
+	if err != nil {
+		return pass{}, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = sub.Close(cctx) // a no-op once the pass closed it
+	}()
+	pctx, cancel := context.WithTimeout(ctx, passTimeout)
+	defer cancel()
+	got := 0
+	switch style {
+	case "messages":
+		for got < n {
+			select {
+			case m, ok := <-sub.Messages():
+				if !ok {
+					return pass{}, fmt.Errorf("messages closed after %d: %v", got, sub.Err())
+				}
+				if err := m.Ack(ctx); err != nil {
+					return pass{}, err
+				}
+				got++
+			case <-pctx.Done():
+			}
+			if pctx.Err() != nil {
+				break
+			}
+		}
+	case "all":
+		for m, err := range sub.All(pctx) {
+			if err == nil {
+				err = m.Ack(ctx)
+			}
+			if err != nil {
+				return pass{}, err
+			}
+			if got++; got == n {
+				break
+			}
+		}
+	case "batches":
+		for b, err := range sub.Batches(pctx) {
+			if err == nil {
+				err = b.Ack(ctx)
+			}
+			if err != nil {
+				return pass{}, err
+			}
+			if got += len(b.Messages()); got >= n {
+				break
+			}
+		}
+	}
+	if got < n {
+		return pass{}, fmt.Errorf("received %d of %d records in %v", got, n, passTimeout)
+	}
+	p := pass{wall: time.Since(start), cpu: cpuTime() - cpu0, records: got, writes: store.checkpoints.Load()}
+	cctx, cancelClose := context.WithTimeout(ctx, 10*time.Second)
+	defer cancelClose()
+	if err := sub.Close(cctx); err != nil {
+		return p, err
+	}
+	p.final = store.checkpoints.Load()
+	return p, nil
+}
+
+// heapPass holds every message it receives and never acks, with WithMaxInFlight(inflight),
+// sampling the heap, until nothing more arrives for many lease renewals.
+func heapPass(ctx context.Context, client *kinesis.Client, stream string, inflight int) error {
+	const (
+		ttl  = 300 * time.Millisecond
+		hold = 10 * ttl
+	)
+	store := lease.NewMemory()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	sub, err := kinesub.Subscribe(ctx, client, stream,
+		kinesub.WithStartAt(kinesub.Horizon()),
+		kinesub.WithBatchSize(10000),
+		kinesub.WithPollInterval(pollEvery),
+		kinesub.WithLeaseStore(store),
+		kinesub.WithOwner("bench"),
+		kinesub.WithLeaseTTL(ttl),
+		kinesub.WithMaxInFlight(inflight))
+	if err != nil {
+		return err
+	}
+	var lost atomic.Int64
+	errsDone := make(chan struct{})
+	go func() {
+		defer close(errsDone)
+		for err := range sub.Errors() {
+			if errors.Is(err, kinesub.ErrLeaseLost) {
+				lost.Add(1)
+			}
+		}
+	}()
+	watch := heapwatch.Start(5 * time.Millisecond)
+	var held []*kinesub.Message
+	var stalledAt time.Time
+	for {
+		select {
+		case m := <-sub.Messages():
+			held = append(held, m)
+			stalledAt = time.Time{}
+			continue
+		case <-time.After(50 * time.Millisecond):
+		}
+		if stalledAt.IsZero() {
+			stalledAt = time.Now()
+		}
+		if time.Since(stalledAt) >= hold && len(held) > 0 {
+			break
+		}
+	}
+	peak := watch.Stop()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	live := ms.HeapInuse
+	leases, err := store.List(ctx)
+	if err != nil {
+		return err
+	}
+	notHeld := *shardCount
+	for _, l := range leases {
+		if l.Owner == "bench" && l.Held(time.Now()) && !strings.Contains(l.Key, "/~owner/") { // not the heartbeat row
+			notHeld--
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond) // nothing will be acked
+	defer cancel()
+	_ = sub.Close(cctx)
+	<-errsDone
+	bound := float64(inflight * *shardCount * *recordSize)
+	mib := func(b uint64) float64 { return float64(int64(b-base)) / (1 << 20) }
+	fmt.Printf("  never-acking consumer, %d-record backlog on %d shards:\n", *records, *shardCount)
+	fmt.Printf("    WithMaxInFlight(%d): %d delivered (cap × shards %d); peak heap %.1f MiB, live %.1f MiB, cap × shards × %d B = %.2f MiB: peak ÷ that %.1f×, live %.0f B per held record; leases lost %d, not held at the end %d\n",
+		inflight, len(held), inflight**shardCount, mib(peak), mib(live), *recordSize, bound/(1<<20), mib(peak)*(1<<20)/bound,
+		mib(live)*(1<<20)/float64(max(len(held), 1)), lost.Load(), notHeld)
+	runtime.KeepAlive(held)
+	return nil
+}
