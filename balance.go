@@ -193,10 +193,10 @@ func (in *balanceIn) excess(over int, r chooser) []string {
 	return reading[:min(over, len(reading))]
 }
 
-// shuffle puts ids in a random order.
-func shuffle(r chooser, ids []string) {
-	for i := len(ids) - 1; i > 0; i-- {
+// shuffle puts xs in a random order.
+func shuffle[T any](r chooser, xs []T) {
+	for i := len(xs) - 1; i > 0; i-- {
 		j := r.IntN(i + 1)
-		ids[i], ids[j] = ids[j], ids[i]
+		xs[i], xs[j] = xs[j], xs[i]
 	}
 }

@@ -215,3 +215,253 @@ func TestPlanBalance(t *testing.T) {
 		})
 	}
 }
+
+// simRounds are the simulation's claim rounds per lease TTL (claims and renewals come every
+// TTL/3), simBalanceEvery its rounds per balance round (the default balance interval, 2×TTL),
+// simStealWait the rounds a thief waits before it reads (stealWait, 3/4 TTL, rounded up).
+const (
+	simRounds       = 3
+	simTTL          = 3 * time.Second
+	simBalanceEvery = 2 * simRounds
+	simStealWait    = 3
+)
+
+// simOwner is one subscriber in the simulation.
+type simOwner struct {
+	name     string
+	local    map[string]localState
+	starting map[string]int // rounds left before a stolen shard is read
+	wasLive  map[string]bool
+	phase    int // its balance rounds come when (round+phase)%simBalanceEvery == 0
+}
+
+// planSim runs the planner for several owners against one simulated lease table, with the
+// store's conditional writes: in each round every running owner renews its leases and
+// heartbeat, then every one reads the table, then they carry out their plans in a random
+// order, so plans made from the same table race as they do in a real deployment.
+type planSim struct {
+	t      *testing.T
+	r      chooser
+	now    time.Time
+	round  int
+	shards []string
+	leases map[string]lease.Lease
+	beats  map[string]lease.Lease
+	owners map[string]*simOwner
+	named  int
+	moves  int // leases that changed owner
+}
+
+func newPlanSim(t *testing.T, r chooser, shards int) *planSim {
+	s := &planSim{t: t, r: r, now: planNow, leases: map[string]lease.Lease{}, beats: map[string]lease.Lease{}, owners: map[string]*simOwner{}}
+	for i := range shards {
+		s.shards = append(s.shards, fmt.Sprintf("s%02d", i))
+	}
+	return s
+}
+
+// running returns the running owners in a random order.
+func (s *planSim) running() []*simOwner {
+	var out []*simOwner
+	for _, name := range slices.Sorted(maps.Keys(s.owners)) {
+		out = append(out, s.owners[name])
+	}
+	shuffle(s.r, out)
+	return out
+}
+
+func (s *planSim) join() {
+	s.named++
+	name := fmt.Sprintf("o%d", s.named)
+	s.owners[name] = &simOwner{name: name, local: map[string]localState{}, starting: map[string]int{}, phase: s.r.IntN(simBalanceEvery)}
+}
+
+// leave closes an owner cleanly: its leases and heartbeat are released.
+func (s *planSim) leave(o *simOwner) {
+	for id := range o.local {
+		if l := s.leases[id]; l.Owner == o.name {
+			s.write(id, "", l.Expiry)
+		}
+	}
+	b := s.beats[o.name]
+	b.Owner = ""
+	s.beats[o.name] = b
+	delete(s.owners, o.name)
+}
+
+// crash stops an owner: its leases and heartbeat expire.
+func (s *planSim) crash(o *simOwner) { delete(s.owners, o.name) }
+
+func (s *planSim) write(id, owner string, expiry time.Time) {
+	l := s.leases[id]
+	if l.Owner != owner {
+		s.moves++
+	}
+	l.Owner, l.Expiry = owner, expiry
+	l.Counter++
+	s.leases[id] = l
+}
+
+func (s *planSim) step() {
+	s.round++
+	s.now = s.now.Add(simTTL / simRounds)
+	for _, o := range s.running() {
+		s.keep(o)
+	}
+	views := map[string]*balanceIn{}
+	for _, o := range s.running() {
+		views[o.name] = &balanceIn{owner: o.name, now: s.now, readable: s.shards, leases: maps.Clone(s.leases),
+			beats: maps.Clone(s.beats), local: maps.Clone(o.local)}
+	}
+	for _, o := range s.running() {
+		s.claim(o, views[o.name])
+	}
+}
+
+// keep renews an owner's heartbeat and leases. A lease another owner took is lost; one being
+// handed back is released; a stolen one is read once the previous owner must have stopped.
+func (s *planSim) keep(o *simOwner) {
+	b := s.beats[o.name]
+	b.Owner, b.Expiry, b.Counter = o.name, s.now.Add(simTTL), b.Counter+1
+	s.beats[o.name] = b
+	for _, id := range slices.Sorted(maps.Keys(o.local)) {
+		if s.leases[id].Owner != o.name {
+			delete(o.local, id)
+			continue
+		}
+		switch o.local[id] {
+		case localLeaving:
+			s.write(id, "", s.leases[id].Expiry)
+			delete(o.local, id)
+			continue
+		case localStarting:
+			if o.starting[id]--; o.starting[id] == 0 {
+				o.local[id] = localReading
+			}
+		}
+		s.write(id, o.name, s.now.Add(simTTL))
+	}
+}
+
+func (s *planSim) claim(o *simOwner, in *balanceIn) {
+	in.taken = map[string]bool{}
+	for _, id := range planTake(in, s.r) {
+		if l := s.leases[id]; l.Owner != o.name && l.Held(s.now) {
+			continue // another owner took it first
+		}
+		s.write(id, o.name, s.now.Add(simTTL))
+		o.local[id] = localReading
+		in.taken[id] = true
+	}
+	in.local = maps.Clone(o.local)
+	p := planBalance(in, o.wasLive, (s.round+o.phase)%simBalanceEvery == 0, s.r)
+	o.wasLive = p.live
+	for _, id := range p.handBack {
+		// Only a shard it reads: one it stole and does not read yet could be read by the next
+		// owner while the one it was stolen from still reads it.
+		require.Equal(s.t, localReading, o.local[id], "%s hands back %s\n%v", o.name, id, s)
+		o.local[id] = localLeaving
+	}
+	if p.steal != "" {
+		l := s.leases[p.steal]
+		require.True(s.t, l.Held(s.now) && l.Owner != o.name, "%s steals %s from %q\n%v", o.name, p.steal, l.Owner, s)
+	}
+	if p.steal != "" && s.leases[p.steal].Counter == p.counter {
+		s.write(p.steal, o.name, s.now.Add(simTTL))
+		o.local[p.steal] = localStarting
+		o.starting[p.steal] = simStealWait
+	}
+}
+
+// change makes one owner leave cleanly or crash, or up to three join.
+func (s *planSim) change() {
+	switch owners := s.running(); {
+	case len(owners) > 1 && s.r.IntN(3) == 0:
+		s.leave(owners[0])
+	case len(owners) > 1 && s.r.IntN(2) == 0:
+		s.crash(owners[0])
+	default:
+		for range 1 + s.r.IntN(3) {
+			if len(s.owners) < 8 {
+				s.join()
+			}
+		}
+	}
+}
+
+// fair reports whether every shard is read by a running owner and every running owner reads
+// floor(n/k) or ceil(n/k) of the n shards.
+func (s *planSim) fair() bool {
+	n, k := len(s.shards), len(s.owners)
+	per := map[string]int{}
+	for _, id := range s.shards {
+		l := s.leases[id]
+		o := s.owners[l.Owner]
+		if o == nil || !l.Held(s.now) || o.local[id] != localReading {
+			return false
+		}
+		per[l.Owner]++
+	}
+	for name := range s.owners {
+		if c := per[name]; c < n/k || c > (n+k-1)/k {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *planSim) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round %d:", s.round)
+	for _, name := range slices.Sorted(maps.Keys(s.owners)) {
+		o := s.owners[name]
+		fmt.Fprintf(&b, " %s=", name)
+		for _, id := range slices.Sorted(maps.Keys(o.local)) {
+			fmt.Fprintf(&b, "%c", "?RSLEX"[o.local[id]])
+		}
+	}
+	return b.String()
+}
+
+// TestPlanBalanceConverges runs the planner for up to 8 owners over up to 40 shards through
+// joins, clean leaves and crashes: after each change the split is fair within a bounded number
+// of rounds, and stays put, with no lease moving, for several balance rounds after that. Half
+// the changes come with a second one while the first is still being balanced. No owner hands
+// back a shard it does not read, nor steals a lease nobody holds.
+func TestPlanBalanceConverges(t *testing.T) {
+	// Bounds: a crashed owner's leases expire after one TTL; each missing lease is then taken,
+	// handed back or stolen, one steal a balance round per owner.
+	const bound, calm = 8 * simBalanceEvery, 4 * simBalanceEvery
+	r := seeded(t)
+	worst := 0
+	for trial := range 60 {
+		s := newPlanSim(t, r, 1+r.IntN(40))
+		for range 1 + r.IntN(6) {
+			s.join()
+		}
+		for change := range 6 {
+			start := s.round
+			for !s.fair() {
+				require.Less(t, s.round-start, bound, "trial %d, change %d: no fair split of %d shards over %d owners\n%v",
+					trial, change, len(s.shards), len(s.owners), s)
+				s.step()
+			}
+			worst = max(worst, s.round-start)
+			moves := s.moves
+			for range calm {
+				s.step()
+				require.True(t, s.fair(), "trial %d, change %d: the split stopped being fair\n%v", trial, change, s)
+				require.Equal(t, moves, s.moves, "trial %d, change %d: a lease moved after the split was fair\n%v", trial, change, s)
+			}
+			s.change()
+			if r.IntN(2) == 0 {
+				// A second change while the first is still being balanced.
+				for range r.IntN(2 * simBalanceEvery) {
+					s.step()
+				}
+				s.change()
+			}
+		}
+	}
+	t.Logf("worst: fair %d rounds after a change (%d claim rounds a balance round)", worst, simBalanceEvery)
+}
