@@ -2,10 +2,7 @@ package kinesub
 
 import (
 	"context"
-	"math/rand/v2"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gostream/kinesub/lease"
@@ -13,9 +10,10 @@ import (
 
 const claimParallel = 8 // lease writes in flight at once while claiming
 
-// claim takes free and expired leases up to this subscriber's fair share and, when balance is
-// set, steals one lease from the most loaded owner if this one holds too few. It returns the
-// round's view, or nil when the shards or the leases could not be read.
+// claim reads the lease table, takes free and expired leases up to this subscriber's fair
+// share, hands back what it holds beyond it and, when balance is set, steals one lease if it
+// holds too few (see balance.go for the rules). It returns the round's view, or nil when the
+// shards or the leases could not be read.
 func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	s.mu.Lock()
 	listed := s.listed
@@ -30,31 +28,14 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 		}
 		return nil
 	}
-	n, k := len(v.readable), len(v.owners)
-	// This subscriber's own count is its running readers, not its rows that look held: a
-	// renewal that lands late leaves a row lapsed while its reader goes on.
-	mine := s.reading(v)
-	v.owners[s.cfg.owner] = mine
-	fair := (n + k - 1) / k
-	// Free leases first, in a random order so that instances starting together spread out,
-	// several at a time so that taking many shards does not wait on one slow write.
-	order := slices.Clone(v.readable)
-	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	var want []string
-	for _, id := range order {
-		if len(want) >= fair-mine {
-			break
-		}
-		l := v.leases[id]
-		if s.owns(id) || l.Held(v.now) && l.Owner != s.cfg.owner {
-			continue
-		}
-		want = append(want, id)
-	}
-	var taken atomic.Int64
+	in := &balanceIn{owner: s.cfg.owner, now: v.now, readable: v.readable, leases: v.leases, beats: v.beats,
+		local: s.localStates(v.readable)}
+	// Several writes at a time, so that taking many shards does not wait on one slow write.
+	var mu sync.Mutex
+	taken := map[string]bool{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, claimParallel)
-	for _, id := range want {
+	for _, id := range planTake(in, globalRand{}) {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() { // owned by this round, which waits for it (wg)
@@ -63,124 +44,66 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 			if s.take(ctx, id, false, func(cctx context.Context) (bool, error) {
 				return s.cfg.store.Acquire(cctx, s.leaseKey(id), s.cfg.owner, s.cfg.leaseTTL)
 			}) {
-				taken.Add(1)
+				mu.Lock()
+				taken[id] = true
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
-	mine += int(taken.Load())
-	v.owners[s.cfg.owner] = mine
-	// An owner that just became live is handed its share now rather than at the next balance
-	// round.
-	joined := false
-	for o := range v.owners {
-		joined = joined || !s.live[o]
-	}
-	s.live = make(map[string]bool, len(v.owners))
-	for o := range v.owners {
-		s.live[o] = true
-	}
-	if balance || joined {
-		s.shed(v, n, k, mine)
-	}
-	if balance {
-		s.steal(ctx, v, n, k, mine)
+	in.local, in.taken = s.localStates(v.readable), taken
+	p := planBalance(in, s.live, balance, globalRand{})
+	s.live = p.live
+	s.handBack(p.handBack)
+	if p.steal != "" && s.take(ctx, p.steal, true, func(cctx context.Context) (bool, error) {
+		return s.cfg.store.Steal(cctx, s.leaseKey(p.steal), s.cfg.owner, p.counter, s.cfg.leaseTTL)
+	}) {
+		s.log.Info("lease taken over for balance", logShard, p.steal, "from", p.victim)
 	}
 	return v
 }
 
-// shed hands back, cleanly, the leases this subscriber holds beyond its fair share
-// (ceil(n/k)) once other owners are live: checkpoint written, lease released, so a peer takes
-// each at once and resumes exactly after what was acked, instead of stealing it later. Leases
-// still being handed back from an earlier round count as gone.
-func (s *Subscriber) shed(v *view, n, k, mine int) {
-	fair := (n + k - 1) / k
-	if k < 2 || mine <= fair {
-		return
-	}
+// localStates reports what this subscriber's workers on the given shards are doing.
+func (s *Subscriber) localStates(ids []string) map[string]localState {
 	s.mu.Lock()
-	var mineNow []*worker
-	leaving := 0
-	for _, id := range v.readable {
-		switch w := s.workers[id]; {
-		case w == nil || w.lost.Load() || w.ended.Load():
+	defer s.mu.Unlock()
+	local := make(map[string]localState)
+	for _, id := range ids {
+		w := s.workers[id]
+		switch {
+		case w == nil:
+			continue
+		case w.lost.Load():
+			local[id] = localLost
+		case w.ended.Load():
+			local[id] = localEnded
 		case w.leaving.Load():
-			leaving++
+			local[id] = localLeaving
+		case w.starting.Load():
+			local[id] = localStarting
 		default:
-			mineNow = append(mineNow, w)
+			local[id] = localReading
 		}
 	}
-	s.mu.Unlock()
-	rand.Shuffle(len(mineNow), func(i, j int) { mineNow[i], mineNow[j] = mineNow[j], mineNow[i] })
-	for _, w := range mineNow[:max(min(mine-leaving-fair, len(mineNow)), 0)] {
-		w.leaving.Store(true)
+	return local
+}
+
+// handBack hands the shards back cleanly: checkpoint written, lease released, so a peer
+// takes each at once and resumes exactly after what was acked, instead of stealing it later.
+func (s *Subscriber) handBack(ids []string) {
+	for _, id := range ids {
+		s.mu.Lock()
+		w := s.workers[id]
+		s.mu.Unlock()
+		if w == nil || w.lost.Load() || !w.leaving.CompareAndSwap(false, true) {
+			continue
+		}
 		s.keepers.Add(1)
 		go func() { // owned by the subscriber; Close waits for it (keepers)
 			defer s.keepers.Done()
 			w.handBack()
 		}()
 	}
-}
-
-// steal takes one lease from the most loaded live owner when this subscriber holds fewer than
-// its share: below floor(n/k), or at it while another owner holds two or more above it. The
-// takeover is conditional on the counter observed, so a lease that moved meanwhile is left.
-// An owner above the ceiling whose heartbeat is live is left alone: it sheds its excess itself,
-// cleanly, by its next balance round.
-func (s *Subscriber) steal(ctx context.Context, v *view, n, k, mine int) {
-	floor := n / k
-	victim, most := "", 0
-	for o, c := range v.owners {
-		if o != s.cfg.owner && (c > most || c == most && o < victim) {
-			victim, most = o, c
-		}
-	}
-	if victim == "" || !(mine < floor && most > floor || mine == floor && most >= floor+2) {
-		return
-	}
-	if most > (n+k-1)/k && v.beats[victim].Held(v.now) {
-		return
-	}
-	var candidates []string
-	for _, id := range v.readable {
-		if l := v.leases[id]; l.Owner == victim && l.Held(v.now) {
-			candidates = append(candidates, id)
-		}
-	}
-	if len(candidates) == 0 {
-		return
-	}
-	id := candidates[rand.IntN(len(candidates))]
-	counter := v.leases[id].Counter
-	if s.take(ctx, id, true, func(cctx context.Context) (bool, error) {
-		return s.cfg.store.Steal(cctx, s.leaseKey(id), s.cfg.owner, counter, s.cfg.leaseTTL)
-	}) {
-		s.log.Info("lease taken over for balance", logShard, id, "from", victim)
-	}
-}
-
-// reading counts the readable shards of v that this subscriber has a reader for, its lease
-// not lost and not taken over by another owner in the table (a victim of a steal learns of it
-// only at its next renewal). A row of its own that looks lapsed still counts: its renewal may
-// not have landed yet.
-func (s *Subscriber) reading(v *view) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, id := range v.readable {
-		w := s.workers[id]
-		if o := v.leases[id].Owner; w == nil || w.lost.Load() || o != "" && o != s.cfg.owner {
-			continue
-		}
-		n++
-	}
-	return n
-}
-
-func (s *Subscriber) owns(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.workers[id] != nil
 }
 
 // take runs a lease write and, when it wins, starts the shard's reader.

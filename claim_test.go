@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -59,5 +60,70 @@ func TestClaimCountsRunningReaders(t *testing.T) {
 		store.skewed.Store(false)
 		time.Sleep(2 * ttl)
 		require.Equal(t, 3, reading(sub))
+	})
+}
+
+// stealClock records when owner stole each lease, and every release by owner that came sooner
+// than stealWait after its steal.
+type stealClock struct {
+	lease.Store
+	owner string
+	ttl   time.Duration
+	mu    sync.Mutex
+	stole map[string]time.Time
+	early []string
+}
+
+func (c *stealClock) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	ok, err := c.Store.Steal(ctx, key, owner, counter, ttl)
+	if ok && owner == c.owner {
+		c.mu.Lock()
+		c.stole[key] = time.Now()
+		c.mu.Unlock()
+	}
+	return ok, err
+}
+
+func (c *stealClock) Release(ctx context.Context, key, owner string) error {
+	c.mu.Lock()
+	if at, ok := c.stole[key]; ok && owner == c.owner && time.Since(at) < stealWait(c.ttl) {
+		c.early = append(c.early, key)
+	}
+	c.mu.Unlock()
+	return c.Store.Release(ctx, key, owner)
+}
+
+// TestHandBackSkipsShardBeingStolen: a subscriber over its share never hands back a lease it
+// is still waiting to read after stealing it. Released before stealWait, the lease would be
+// taken by a peer that reads at once, while the owner it was stolen from may still read it. A
+// subscriber steals three of the six shards of an owner with no heartbeat; before it may read
+// them, a peer's heartbeat makes its share two, and it hands one back only once it reads it.
+func TestHandBackSkipsShardBeingStolen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name, ttl = "handback", time.Second
+		ctx := context.Background()
+		store := &stealClock{Store: lease.NewMemory(), owner: "a", ttl: ttl, stole: map[string]time.Time{}}
+		f := newFakeStream(name, 6)
+		for _, sh := range f.shards {
+			ok, err := store.Acquire(ctx, name+"/"+sh.id, "ghost", time.Hour)
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
+			WithBalanceInterval(20*time.Millisecond))...)
+		eventually(t, 5*time.Second, "three stolen", func() bool {
+			store.mu.Lock()
+			defer store.mu.Unlock()
+			return len(store.stole) == 3
+		})
+		ok, err := store.Acquire(ctx, name+"/"+ownerRowPrefix+"peer", "peer", time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		eventually(t, 5*time.Second, "a reads its share of 2", func() bool {
+			return reading(a) == 2 && len(a.Shards()) == 6 && split(t, store, name)[0] == 3
+		})
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		require.Empty(t, store.early, "leases released before their previous owner had stopped")
 	})
 }

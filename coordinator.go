@@ -135,7 +135,6 @@ type view struct {
 	leases   map[string]lease.Lease // by shard id
 	beats    map[string]lease.Lease // heartbeat rows by owner
 	readable []string               // shards that may be read now: not finished, parents done
-	owners   map[string]int         // live owner → readable shards it holds
 }
 
 // look reads the lease table and works out which shards can be read.
@@ -146,8 +145,7 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &view{now: time.Now(), leases: make(map[string]lease.Lease), beats: make(map[string]lease.Lease),
-		owners: map[string]int{s.cfg.owner: 0}}
+	v := &view{now: time.Now(), leases: make(map[string]lease.Lease), beats: make(map[string]lease.Lease)}
 	prefix := s.stream + "/"
 	for _, l := range all {
 		id, ok := strings.CutPrefix(l.Key, prefix)
@@ -181,15 +179,6 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 		}
 		delete(s.waiting, id)
 		v.readable = append(v.readable, id)
-		if l := v.leases[id]; l.Held(v.now) {
-			v.owners[l.Owner]++
-		}
-	}
-	// An owner whose heartbeat is live counts though it holds no shard yet.
-	for _, l := range v.beats {
-		if _, counted := v.owners[l.Owner]; !counted && l.Held(v.now) {
-			v.owners[l.Owner] = 0
-		}
 	}
 	return v, nil
 }

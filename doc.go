@@ -86,13 +86,17 @@
 // Subscribers that share a lease table share the stream's shards. Each one keeps a heartbeat
 // row in the table ("<stream>/~owner/<owner>", a lease renewed every TTL/3 and deleted at
 // Close): an owner is live while its heartbeat row is unexpired, or while it holds an
-// unexpired shard lease. Each subscriber takes free and expired leases up to its fair share
-// (shards ÷ live owners, rounded up) and hands back cleanly what it holds beyond that share,
-// at once when an owner joins and every balance round otherwise, so a new or restarted
-// instance gets its share without stealing. It steals one lease a balance round from the
-// most loaded owner while it holds fewer than its share and that owner will not shed (it has
-// no live heartbeat). A subscriber whose lease was taken over learns it on its next renewal
-// and stops reading that shard only. Shards reports what this instance sees of each shard.
+// unexpired lease of a readable shard. With n readable shards (not finished, parents read to
+// their ends) and k live owners, each holds n/k rounded down or up. Each subscriber takes free
+// and expired leases up to n/k rounded up and hands back cleanly what it holds beyond that, at
+// once when an owner joins and every balance round otherwise, so a new or restarted instance
+// gets its share without stealing. It steals one lease a balance round from the most loaded
+// other owner for what handing back cannot fix: while it holds fewer than n/k rounded down
+// and that owner more, or, when the shards do not divide evenly, while it holds exactly that
+// and the owner two or more above it; never from an owner above n/k rounded up whose heartbeat
+// is live, which hands back its excess itself. A lease it stole is not handed back before it
+// is read. A subscriber whose lease was taken over learns it on its next renewal and stops
+// reading that shard only. Shards reports what this instance sees of each shard.
 //
 // Rows nobody needs are deleted: the leases of shards read to their end and trimmed from the
 // stream by the service (after the retention period), and the heartbeat rows of owners that

@@ -1,0 +1,202 @@
+package kinesub
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// Balancing decides, from one read of the lease table, which leases this subscriber takes,
+// hands back and steals. The decisions here are pure: no I/O, no clock, no goroutines, and
+// randomness comes from the caller. claim carries them out.
+//
+// The fair share is counted over the n readable shards (not finished, parents done) and the k
+// live owners: those whose heartbeat row is unexpired, those holding an unexpired lease of a
+// readable shard, and this subscriber. Every owner should hold floor(n/k) or ceil(n/k).
+//   - Take: free and expired leases, up to ceil(n/k).
+//   - Hand back: above ceil(n/k), the excess, cleanly (checkpoint, release), when an owner
+//     joined since the last round and every balance round.
+//   - Steal, one lease a balance round, from the most loaded other owner (ties to the smallest
+//     name): when below floor(n/k) while it holds more than the floor, or at the floor while
+//     the shares are uneven (so that one more is still within ceil(n/k)) and it holds two or
+//     more above the floor. Never from an owner above the ceiling whose heartbeat is live: it
+//     hands back its excess itself, without a steal's wait and replay.
+
+// localState is what this subscriber's worker for a shard is doing.
+type localState uint8
+
+const (
+	localReading  localState = iota + 1 // reading, or about to
+	localStarting                       // stolen here, waiting for its previous owner to stop (stealWait)
+	localLeaving                        // being handed back
+	localEnded                          // read to its end
+	localLost                           // lease lost; the worker is stopping
+)
+
+// balanceIn is what one round of balancing decides from.
+type balanceIn struct {
+	owner    string                 // this subscriber
+	now      time.Time              // when the table was read
+	readable []string               // shards that may be read now, sorted
+	leases   map[string]lease.Lease // shard leases by shard id
+	beats    map[string]lease.Lease // heartbeat rows by owner
+	local    map[string]localState  // this subscriber's workers, by shard id
+	taken    map[string]bool        // shards this subscriber took after the table was read
+}
+
+// chooser is a source of randomness: math/rand/v2's top-level functions, or a seeded one.
+type chooser interface{ IntN(n int) int }
+
+// globalRand draws from math/rand/v2's top-level source.
+type globalRand struct{}
+
+func (globalRand) IntN(n int) int { return rand.IntN(n) }
+
+// counts reports, for every live owner, the readable shards it holds, with this subscriber
+// counted by its workers: a worker that is not lost, on a shard the table does not show held
+// by another owner. A row of its own that looks lapsed still counts (its renewal may not have
+// landed yet, while its reader goes on); a shard stolen from it does not, though its worker
+// learns of the steal only at its next renewal.
+func (in *balanceIn) counts() (owners map[string]int, mine int) {
+	owners = map[string]int{in.owner: 0}
+	for _, id := range in.readable {
+		if l := in.leases[id]; l.Held(in.now) {
+			owners[l.Owner]++
+		}
+		if in.counted(id) {
+			mine++
+		}
+	}
+	for _, l := range in.beats {
+		if _, ok := owners[l.Owner]; !ok && l.Held(in.now) {
+			owners[l.Owner] = 0
+		}
+	}
+	owners[in.owner] = mine
+	return owners, mine
+}
+
+// counted reports whether this subscriber's worker for shard id counts toward its share.
+func (in *balanceIn) counted(id string) bool {
+	st, ok := in.local[id]
+	if !ok || st == localLost {
+		return false
+	}
+	o := in.leases[id].Owner
+	return o == "" || o == in.owner || in.taken[id]
+}
+
+// planTake returns the free and expired leases to take, in the order to try them: up to this
+// subscriber's fair share, in a random order so that instances starting together spread out.
+func planTake(in *balanceIn, r chooser) []string {
+	owners, mine := in.counts()
+	n, k := len(in.readable), len(owners)
+	fair := (n + k - 1) / k
+	order := append([]string(nil), in.readable...)
+	shuffle(r, order)
+	var want []string
+	for _, id := range order {
+		if len(want) >= fair-mine {
+			break
+		}
+		l := in.leases[id]
+		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner {
+			continue
+		}
+		want = append(want, id)
+	}
+	return want
+}
+
+// balancePlan is one round's hand-backs and steal.
+type balancePlan struct {
+	handBack []string        // shards to hand back
+	steal    string          // shard to take over, or ""
+	victim   string          // its owner
+	counter  int64           // the lease counter the takeover is conditional on
+	live     map[string]bool // owners live this round: what the next round compares with
+}
+
+// planBalance decides what to hand back and what to steal, after the round's takes (in.local
+// and in.taken include them). wasLive holds the owners live at the previous round: an owner
+// missing there has just joined, and is handed its share now rather than at the next balance
+// round. Steals happen on balance rounds only.
+func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser) balancePlan {
+	owners, mine := in.counts()
+	p := balancePlan{live: make(map[string]bool, len(owners))}
+	joined := false
+	for o := range owners {
+		joined = joined || !wasLive[o]
+		p.live[o] = true
+	}
+	n, k := len(in.readable), len(owners)
+	floor, ceil := n/k, (n+k-1)/k
+	if (balance || joined) && k > 1 && mine > ceil {
+		p.handBack = in.excess(mine-ceil, r)
+	}
+	if !balance {
+		return p
+	}
+	victim, most := "", 0
+	for o, c := range owners {
+		if o != in.owner && (c > most || c == most && o < victim) {
+			victim, most = o, c
+		}
+	}
+	switch {
+	case victim == "":
+		return p
+	case mine < floor && most > floor:
+	case mine == floor && floor < ceil && most >= floor+2:
+	default:
+		return p
+	}
+	if most > ceil && in.beats[victim].Held(in.now) {
+		return p
+	}
+	var candidates []string
+	for _, id := range in.readable {
+		if l := in.leases[id]; l.Owner == victim && l.Held(in.now) {
+			candidates = append(candidates, id)
+		}
+	}
+	if len(candidates) == 0 {
+		return p
+	}
+	p.steal = candidates[r.IntN(len(candidates))]
+	p.victim, p.counter = victim, in.leases[p.steal].Counter
+	return p
+}
+
+// excess picks up to over shards to hand back, at random among those this subscriber reads.
+// Shards already being handed back count toward over. A shard it stole and does not read yet
+// is kept: released before stealWait, it could be taken by a peer that reads at once while
+// its previous owner still reads it.
+func (in *balanceIn) excess(over int, r chooser) []string {
+	var reading []string
+	for _, id := range in.readable {
+		if !in.counted(id) {
+			continue
+		}
+		switch in.local[id] {
+		case localLeaving:
+			over--
+		case localReading:
+			reading = append(reading, id)
+		}
+	}
+	if over <= 0 {
+		return nil
+	}
+	shuffle(r, reading)
+	return reading[:min(over, len(reading))]
+}
+
+// shuffle puts xs in a random order.
+func shuffle[T any](r chooser, xs []T) {
+	for i := len(xs) - 1; i > 0; i-- {
+		j := r.IntN(i + 1)
+		xs[i], xs[j] = xs[j], xs[i]
+	}
+}

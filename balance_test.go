@@ -1,0 +1,467 @@
+package kinesub
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+var planNow = time.Unix(1_700_000_000, 0)
+
+// planCase describes one round of balancing as seen by owner "me", in a compact form.
+type planCase struct {
+	name string
+	// table holds one token per shard: the lease's owner, "-" for a free lease; a trailing "~"
+	// marks the lease expired, a trailing "^" a shard not readable yet (a parent not finished).
+	table string
+	// beats lists the owners whose heartbeat rows are held; "x~" is an expired row, "x_" a
+	// released one.
+	beats string
+	// local holds one character per shard for this subscriber's worker: '.' none, 'R' reading,
+	// 'S' starting after a steal, 'L' being handed back, 'E' ended, 'X' lease lost.
+	local string
+	// taken lists the shards (by index) this subscriber took after the table was read.
+	taken string
+	// was lists the owners live at the previous round; "=" means the owners live now.
+	was     string
+	balance bool
+
+	take   int    // leases planTake returns
+	takeOf string // the shards they are drawn from, by index
+	back   int    // leases handed back
+	backOf string
+	victim string // the owner stolen from, "" for no steal
+}
+
+func (c planCase) input(t *testing.T) *balanceIn {
+	t.Helper()
+	in := &balanceIn{owner: "me", now: planNow, leases: map[string]lease.Lease{}, beats: map[string]lease.Lease{},
+		local: map[string]localState{}, taken: map[string]bool{}}
+	tokens := strings.Fields(c.table)
+	for i, tok := range tokens {
+		id := fmt.Sprintf("s%02d", i)
+		blocked := strings.HasSuffix(tok, "^")
+		tok = strings.TrimSuffix(tok, "^")
+		expired := strings.HasSuffix(tok, "~")
+		tok = strings.TrimSuffix(tok, "~")
+		l := lease.Lease{Key: "stream/" + id, Counter: int64(10 + i)}
+		if tok != "-" {
+			l.Owner, l.Expiry = tok, planNow.Add(time.Second)
+			if expired {
+				l.Expiry = planNow.Add(-time.Second)
+			}
+		}
+		in.leases[id] = l
+		if !blocked {
+			in.readable = append(in.readable, id)
+		}
+	}
+	for _, tok := range strings.Fields(c.beats) {
+		owner := strings.TrimRight(tok, "~_")
+		l := lease.Lease{Key: "stream/" + ownerRowPrefix + owner, Owner: owner, Counter: 1, Expiry: planNow.Add(time.Second)}
+		switch tok[len(owner):] {
+		case "~":
+			l.Expiry = planNow.Add(-time.Second)
+		case "_":
+			l.Owner = ""
+		}
+		in.beats[owner] = l
+	}
+	if c.local != "" {
+		require.Len(t, c.local, len(tokens), "local")
+	}
+	states := map[byte]localState{'R': localReading, 'S': localStarting, 'L': localLeaving, 'E': localEnded, 'X': localLost}
+	for i := range c.local {
+		if c.local[i] != '.' {
+			st, ok := states[c.local[i]]
+			require.True(t, ok, "local state %q", c.local[i])
+			in.local[fmt.Sprintf("s%02d", i)] = st
+		}
+	}
+	for _, i := range indices(t, c.taken) {
+		in.taken[fmt.Sprintf("s%02d", i)] = true
+	}
+	return in
+}
+
+func indices(t *testing.T, s string) []int {
+	var out []int
+	for _, f := range strings.Fields(s) {
+		i, err := strconv.Atoi(f)
+		require.NoError(t, err)
+		out = append(out, i)
+	}
+	return out
+}
+
+// requireDrawn checks that got holds n distinct shards, each one of those listed in of.
+func requireDrawn(t *testing.T, what string, got []string, n int, of string) {
+	t.Helper()
+	require.Len(t, got, n, what)
+	allowed := map[string]bool{}
+	for _, i := range indices(t, of) {
+		allowed[fmt.Sprintf("s%02d", i)] = true
+	}
+	seen := map[string]bool{}
+	for _, id := range got {
+		require.True(t, allowed[id], "%s: %s is not one of %s", what, id, of)
+		require.False(t, seen[id], "%s: %s twice", what, id)
+		seen[id] = true
+	}
+}
+
+// TestPlanBalance runs each case with many random draws: whatever the draw, the plan takes,
+// hands back and steals what the case says.
+func TestPlanBalance(t *testing.T) {
+	cases := []planCase{
+		{name: "alone, every lease free", table: "- - - -", beats: "me", was: "=",
+			take: 4, takeOf: "0 1 2 3"},
+		{name: "alone, own rows from an earlier process", table: "me me - -", beats: "me", was: "=",
+			take: 4, takeOf: "0 1 2 3"},
+		{name: "joiner: takes what is free, up to its share", table: "a a a a - -", beats: "me a", was: "=",
+			take: 2, takeOf: "4 5"},
+		{name: "joiner: waits for a live holder above the ceiling to hand back", table: "a a a a a a", beats: "me a", balance: true, was: "=",
+			take: 0},
+		{name: "holder: an owner joined, hands back its excess at once", table: "me me me me me me", beats: "me b", local: "RRRRRR", was: "me",
+			back: 3, backOf: "0 1 2 3 4 5"},
+		{name: "holder: no one joined, not a balance round: keeps its excess", table: "me me me me me me", beats: "me b", local: "RRRRRR", was: "=",
+			back: 0},
+		{name: "holder: balance round, hands back its excess", table: "me me me me me me", beats: "me b", local: "RRRRRR", was: "=", balance: true,
+			back: 3, backOf: "0 1 2 3 4 5"},
+		{name: "first round: a lone owner counts as joined, keeps its share", table: "me me", beats: "me", local: "RR",
+			back: 0},
+		{name: "leaver: released rows and heartbeat are free", table: "me me me - - -", beats: "me", local: "RRR...", was: "me b",
+			take: 3, takeOf: "3 4 5"},
+		{name: "crashed owner: its expired leases are taken up to the share", table: "me me b b x~ x~", beats: "me b x~", local: "RR....", was: "=",
+			take: 1, takeOf: "4 5"},
+		{name: "at the fair share, even division", table: "me me me b b b", beats: "me b", local: "RRR...", was: "=", balance: true},
+		{name: "at the floor of an uneven division, peers at the ceiling", table: "me me a a a b b", beats: "me a b", local: "RR.....", was: "=", balance: true},
+		{name: "at the ceiling of an uneven division keeps it", table: "me me me a a b b", beats: "me a b", local: "RRR....", was: "=", balance: true},
+		{name: "above the ceiling of an uneven division", table: "me me me me a a b", beats: "me a b", local: "RRRR...", was: "=", balance: true,
+			back: 1, backOf: "0 1 2 3"},
+		{name: "below the floor steals from a live owner at the ceiling", table: "me b b b a a a", beats: "me a b", local: "R......", was: "=", balance: true,
+			victim: "a"},
+		{name: "below the floor, not a balance round: no steal", table: "me b b b a a a", beats: "me a b", local: "R......", was: "="},
+		{name: "below the floor leaves a live owner above the ceiling alone", table: "a a a a a a", beats: "me a", was: "=", balance: true},
+		{name: "dead owner by heartbeat is stolen from", table: "a a a a a a", beats: "me a~", was: "=", balance: true,
+			victim: "a"},
+		{name: "dead owner by heartbeat, no row at all, is stolen from", table: "me a a a a a", beats: "me", local: "R.....", was: "=", balance: true,
+			victim: "a"},
+		{name: "at the floor, uneven, steals two above it from a dead owner", table: "me me b x x x x", beats: "me b", local: "RR.....", was: "=", balance: true,
+			victim: "x"},
+		{name: "at the floor, even: a steal would pass the ceiling", table: "me me me b x x x x x", beats: "me b", local: "RRR......", was: "=", balance: true},
+		{name: "a dead heartbeat holding nothing does not count", table: "- - - - - -", beats: "me ghost~", was: "=",
+			take: 6, takeOf: "0 1 2 3 4 5"},
+		{name: "a released heartbeat holding nothing does not count", table: "- - - -", beats: "me gone_", was: "=",
+			take: 4, takeOf: "0 1 2 3"},
+		{name: "shards behind unfinished parents are neither taken nor counted", table: "- - -^ -^", beats: "me b", was: "=",
+			take: 1, takeOf: "0 1"},
+		{name: "unfinished parents shrink the share", table: "me me -^ -^", beats: "me b", local: "RR..", was: "=", balance: true,
+			back: 1, backOf: "0 1"},
+		{name: "own rows look lapsed while the readers run: no more taken", table: "me~ me~ me~ - - -", beats: "me peer", local: "RRR...", was: "=",
+			take: 0},
+		{name: "a lost worker's shard is not taken again yet, nor counted", table: "me~ -", beats: "me", local: "X.", was: "=",
+			take: 1, takeOf: "1"},
+		{name: "shards being stolen are not handed back", table: "me me me me b b", beats: "me b c", local: "SSSR..", was: "me b", balance: true,
+			back: 1, backOf: "3"},
+		{name: "only shards being stolen: none handed back yet", table: "me me me b b b", beats: "me b c", local: "SSS...", was: "me b", balance: true},
+		{name: "a shard stolen from it is not handed back, nor counted", table: "me me me b", beats: "me b c", local: "RRRR", was: "=", balance: true,
+			back: 1, backOf: "0 1 2"},
+		{name: "shards being handed back count toward the excess", table: "me me me me", beats: "me b", local: "LLRR", was: "=", balance: true},
+		{name: "shards being handed back, some excess left", table: "me me me me me me", beats: "me b", local: "LRRRRR", was: "=", balance: true,
+			back: 2, backOf: "1 2 3 4 5"},
+		{name: "shards taken this round count though the table shows their old owner", table: "me me x~ x~", beats: "me b", local: "RRRR", taken: "2 3", was: "=", balance: true,
+			back: 2, backOf: "0 1 2 3"},
+		{name: "an ended shard counts but is not handed back", table: "me me me me", beats: "me b", local: "ERRR", was: "=", balance: true,
+			back: 2, backOf: "1 2 3"},
+	}
+	r := seeded(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for range 50 {
+				in := c.input(t)
+				requireDrawn(t, "take", planTake(in, r), c.take, c.takeOf)
+				owners, _ := in.counts()
+				was := map[string]bool{}
+				if c.was == "=" {
+					for o := range owners {
+						was[o] = true
+					}
+				}
+				for _, o := range strings.Fields(c.was) {
+					was[o] = o != "="
+				}
+				p := planBalance(in, was, c.balance, r)
+				requireDrawn(t, "hand back", p.handBack, c.back, c.backOf)
+				require.Equal(t, slices.Sorted(maps.Keys(owners)), slices.Sorted(maps.Keys(p.live)), "live owners")
+				if c.victim == "" {
+					require.Empty(t, p.steal, "stole")
+					continue
+				}
+				require.Equal(t, c.victim, p.victim)
+				l := in.leases[p.steal]
+				require.Equal(t, c.victim, l.Owner, "stole %s", p.steal)
+				require.True(t, l.Held(planNow), "stole an expired lease")
+				require.Equal(t, l.Counter, p.counter, "steal not conditional on the counter read")
+			}
+		})
+	}
+}
+
+// simRounds are the simulation's claim rounds per lease TTL (claims and renewals come every
+// TTL/3), simBalanceEvery its rounds per balance round (the default balance interval, 2×TTL),
+// simStealWait the rounds a thief waits before it reads (stealWait, 3/4 TTL, rounded up).
+const (
+	simRounds       = 3
+	simTTL          = 3 * time.Second
+	simBalanceEvery = 2 * simRounds
+	simStealWait    = 3
+)
+
+// simOwner is one subscriber in the simulation.
+type simOwner struct {
+	name     string
+	local    map[string]localState
+	starting map[string]int // rounds left before a stolen shard is read
+	wasLive  map[string]bool
+	phase    int // its balance rounds come when (round+phase)%simBalanceEvery == 0
+}
+
+// planSim runs the planner for several owners against one simulated lease table, with the
+// store's conditional writes: in each round every running owner renews its leases and
+// heartbeat, then every one reads the table, then they carry out their plans in a random
+// order, so plans made from the same table race as they do in a real deployment.
+type planSim struct {
+	t      *testing.T
+	r      chooser
+	now    time.Time
+	round  int
+	shards []string
+	leases map[string]lease.Lease
+	beats  map[string]lease.Lease
+	owners map[string]*simOwner
+	named  int
+	moves  int // leases that changed owner
+}
+
+func newPlanSim(t *testing.T, r chooser, shards int) *planSim {
+	s := &planSim{t: t, r: r, now: planNow, leases: map[string]lease.Lease{}, beats: map[string]lease.Lease{}, owners: map[string]*simOwner{}}
+	for i := range shards {
+		s.shards = append(s.shards, fmt.Sprintf("s%02d", i))
+	}
+	return s
+}
+
+// running returns the running owners in a random order.
+func (s *planSim) running() []*simOwner {
+	var out []*simOwner
+	for _, name := range slices.Sorted(maps.Keys(s.owners)) {
+		out = append(out, s.owners[name])
+	}
+	shuffle(s.r, out)
+	return out
+}
+
+func (s *planSim) join() {
+	s.named++
+	name := fmt.Sprintf("o%d", s.named)
+	s.owners[name] = &simOwner{name: name, local: map[string]localState{}, starting: map[string]int{}, phase: s.r.IntN(simBalanceEvery)}
+}
+
+// leave closes an owner cleanly: its leases and heartbeat are released.
+func (s *planSim) leave(o *simOwner) {
+	for id := range o.local {
+		if l := s.leases[id]; l.Owner == o.name {
+			s.write(id, "", l.Expiry)
+		}
+	}
+	b := s.beats[o.name]
+	b.Owner = ""
+	s.beats[o.name] = b
+	delete(s.owners, o.name)
+}
+
+// crash stops an owner: its leases and heartbeat expire.
+func (s *planSim) crash(o *simOwner) { delete(s.owners, o.name) }
+
+func (s *planSim) write(id, owner string, expiry time.Time) {
+	l := s.leases[id]
+	if l.Owner != owner {
+		s.moves++
+	}
+	l.Owner, l.Expiry = owner, expiry
+	l.Counter++
+	s.leases[id] = l
+}
+
+func (s *planSim) step() {
+	s.round++
+	s.now = s.now.Add(simTTL / simRounds)
+	for _, o := range s.running() {
+		s.keep(o)
+	}
+	views := map[string]*balanceIn{}
+	for _, o := range s.running() {
+		views[o.name] = &balanceIn{owner: o.name, now: s.now, readable: s.shards, leases: maps.Clone(s.leases),
+			beats: maps.Clone(s.beats), local: maps.Clone(o.local)}
+	}
+	for _, o := range s.running() {
+		s.claim(o, views[o.name])
+	}
+}
+
+// keep renews an owner's heartbeat and leases. A lease another owner took is lost; one being
+// handed back is released; a stolen one is read once the previous owner must have stopped.
+func (s *planSim) keep(o *simOwner) {
+	b := s.beats[o.name]
+	b.Owner, b.Expiry, b.Counter = o.name, s.now.Add(simTTL), b.Counter+1
+	s.beats[o.name] = b
+	for _, id := range slices.Sorted(maps.Keys(o.local)) {
+		if s.leases[id].Owner != o.name {
+			delete(o.local, id)
+			continue
+		}
+		switch o.local[id] {
+		case localLeaving:
+			s.write(id, "", s.leases[id].Expiry)
+			delete(o.local, id)
+			continue
+		case localStarting:
+			if o.starting[id]--; o.starting[id] == 0 {
+				o.local[id] = localReading
+			}
+		}
+		s.write(id, o.name, s.now.Add(simTTL))
+	}
+}
+
+func (s *planSim) claim(o *simOwner, in *balanceIn) {
+	in.taken = map[string]bool{}
+	for _, id := range planTake(in, s.r) {
+		if l := s.leases[id]; l.Owner != o.name && l.Held(s.now) {
+			continue // another owner took it first
+		}
+		s.write(id, o.name, s.now.Add(simTTL))
+		o.local[id] = localReading
+		in.taken[id] = true
+	}
+	in.local = maps.Clone(o.local)
+	p := planBalance(in, o.wasLive, (s.round+o.phase)%simBalanceEvery == 0, s.r)
+	o.wasLive = p.live
+	for _, id := range p.handBack {
+		// Only a shard it reads: one it stole and does not read yet could be read by the next
+		// owner while the one it was stolen from still reads it.
+		require.Equal(s.t, localReading, o.local[id], "%s hands back %s\n%v", o.name, id, s)
+		o.local[id] = localLeaving
+	}
+	if p.steal != "" {
+		l := s.leases[p.steal]
+		require.True(s.t, l.Held(s.now) && l.Owner != o.name, "%s steals %s from %q\n%v", o.name, p.steal, l.Owner, s)
+	}
+	if p.steal != "" && s.leases[p.steal].Counter == p.counter {
+		s.write(p.steal, o.name, s.now.Add(simTTL))
+		o.local[p.steal] = localStarting
+		o.starting[p.steal] = simStealWait
+	}
+}
+
+// change makes one owner leave cleanly or crash, or up to three join.
+func (s *planSim) change() {
+	switch owners := s.running(); {
+	case len(owners) > 1 && s.r.IntN(3) == 0:
+		s.leave(owners[0])
+	case len(owners) > 1 && s.r.IntN(2) == 0:
+		s.crash(owners[0])
+	default:
+		for range 1 + s.r.IntN(3) {
+			if len(s.owners) < 8 {
+				s.join()
+			}
+		}
+	}
+}
+
+// fair reports whether every shard is read by a running owner and every running owner reads
+// floor(n/k) or ceil(n/k) of the n shards.
+func (s *planSim) fair() bool {
+	n, k := len(s.shards), len(s.owners)
+	per := map[string]int{}
+	for _, id := range s.shards {
+		l := s.leases[id]
+		o := s.owners[l.Owner]
+		if o == nil || !l.Held(s.now) || o.local[id] != localReading {
+			return false
+		}
+		per[l.Owner]++
+	}
+	for name := range s.owners {
+		if c := per[name]; c < n/k || c > (n+k-1)/k {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *planSim) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "round %d:", s.round)
+	for _, name := range slices.Sorted(maps.Keys(s.owners)) {
+		o := s.owners[name]
+		fmt.Fprintf(&b, " %s=", name)
+		for _, id := range slices.Sorted(maps.Keys(o.local)) {
+			fmt.Fprintf(&b, "%c", "?RSLEX"[o.local[id]])
+		}
+	}
+	return b.String()
+}
+
+// TestPlanBalanceConverges runs the planner for up to 8 owners over up to 40 shards through
+// joins, clean leaves and crashes: after each change the split is fair within a bounded number
+// of rounds, and stays put, with no lease moving, for several balance rounds after that. Half
+// the changes come with a second one while the first is still being balanced. No owner hands
+// back a shard it does not read, nor steals a lease nobody holds.
+func TestPlanBalanceConverges(t *testing.T) {
+	// Bounds: a crashed owner's leases expire after one TTL; each missing lease is then taken,
+	// handed back or stolen, one steal a balance round per owner.
+	const bound, calm = 8 * simBalanceEvery, 4 * simBalanceEvery
+	r := seeded(t)
+	worst := 0
+	for trial := range 60 {
+		s := newPlanSim(t, r, 1+r.IntN(40))
+		for range 1 + r.IntN(6) {
+			s.join()
+		}
+		for change := range 6 {
+			start := s.round
+			for !s.fair() {
+				require.Less(t, s.round-start, bound, "trial %d, change %d: no fair split of %d shards over %d owners\n%v",
+					trial, change, len(s.shards), len(s.owners), s)
+				s.step()
+			}
+			worst = max(worst, s.round-start)
+			moves := s.moves
+			for range calm {
+				s.step()
+				require.True(t, s.fair(), "trial %d, change %d: the split stopped being fair\n%v", trial, change, s)
+				require.Equal(t, moves, s.moves, "trial %d, change %d: a lease moved after the split was fair\n%v", trial, change, s)
+			}
+			s.change()
+			if r.IntN(2) == 0 {
+				// A second change while the first is still being balanced.
+				for range r.IntN(2 * simBalanceEvery) {
+					s.step()
+				}
+				s.change()
+			}
+		}
+	}
+	t.Logf("worst: fair %d rounds after a change (%d claim rounds a balance round)", worst, simBalanceEvery)
+}
