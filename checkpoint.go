@@ -109,6 +109,12 @@ func (w *worker) retire(ctx context.Context) error {
 	if w.lost.Load() || w.ended.Load() {
 		return nil
 	}
+	if w.starting.Load() {
+		// Stolen and not yet read: its previous owner may still be reading it. Released now,
+		// it could be taken by a peer that reads at once, so it is left to expire.
+		w.log.Info("stolen lease left to expire", "ttl", w.sub.cfg.leaseTTL)
+		return nil
+	}
 	err := w.flush(ctx)
 	if w.lost.Load() {
 		return err

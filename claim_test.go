@@ -127,3 +127,37 @@ func TestHandBackSkipsShardBeingStolen(t *testing.T) {
 		require.Empty(t, store.early, "leases released before their previous owner had stopped")
 	})
 }
+
+// TestCloseKeepsShardBeingStolen: Close does not release a lease stolen but not yet read: a
+// peer taking it at once could read while the owner it was stolen from still does. The lease
+// is left to expire instead, and nothing of it is checkpointed (nothing was read).
+func TestCloseKeepsShardBeingStolen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name, ttl = "closesteal", time.Second
+		ctx := context.Background()
+		store := &stealClock{Store: lease.NewMemory(), owner: "a", ttl: ttl, stole: map[string]time.Time{}}
+		f := newFakeStream(name, 2)
+		for _, sh := range f.shards {
+			ok, err := store.Acquire(ctx, name+"/"+sh.id, "ghost", time.Hour)
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		a, err := subscribe(ctx, f, name, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
+			WithBalanceInterval(20*time.Millisecond))...)
+		require.NoError(t, err)
+		eventually(t, 5*time.Second, "one stolen", func() bool {
+			store.mu.Lock()
+			defer store.mu.Unlock()
+			return len(store.stole) >= 1
+		})
+		require.NoError(t, a.Close(ctx))
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		require.Empty(t, store.early, "leases released before their previous owner had stopped")
+		for key := range store.stole {
+			l, err := store.Read(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, "a", l.Owner, "left to expire")
+		}
+	})
+}

@@ -44,7 +44,7 @@
 //
 // Close stops the readers, lets the messages already handed out settle until its context
 // ends, writes every checkpoint, releases every lease (so a peer takes the shards within about
-// a second), and closes Messages, so that ranging over Messages always ends. Cancelling
+// a second; a lease stolen and not yet read is left to expire), and closes Messages, so that ranging over Messages always ends. Cancelling
 // Subscribe's context does the same with a two-second drain. A fatal error (the stream was
 // deleted) ends the subscription too; Err then says why. Everything else — a failed read, a
 // throttle, an expired iterator, a lease store error, a lost lease — is retried or confined to

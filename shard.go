@@ -147,15 +147,19 @@ func (w *worker) run() {
 	defer s.readers.Done()
 	defer close(w.readerDone)
 	defer w.cancelRead()
+	waited := true
 	if w.startDelay > 0 {
 		t := time.NewTimer(w.startDelay)
 		select {
 		case <-t.C:
 		case <-w.readCtx.Done():
+			waited = false // still starting: Close must not release the lease (retire)
 		}
 		t.Stop()
 	}
-	w.starting.Store(false)
+	if waited {
+		w.starting.Store(false)
+	}
 	// Until a response shows their size, records count as the largest the service takes.
 	src := w.sub.sourceFor(w.id)
 	defer src.close()

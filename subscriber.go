@@ -249,7 +249,8 @@ func (s *Subscriber) Commit(ctx context.Context) error {
 func (s *Subscriber) Seeker() *Seeker { return s.seeker }
 
 // Close stops reading, lets the deliveries already handed out settle, writes every shard's
-// checkpoint, releases every lease so that a peer can take the shards at once, and closes
+// checkpoint, releases every lease so that a peer can take the shards at once (but one stolen
+// and not yet read, whose previous owner may still read it: that one expires), and closes
 // Messages and Errors. It returns by ctx's deadline (10s from the call when ctx has none):
 // the settling ends early enough to leave the final writes the request timeout, or half of
 // what is left, and writes still running at the deadline are abandoned. A ctx cancelled
