@@ -25,7 +25,8 @@ type Message struct {
 // Data returns the record's payload, without the header envelope.
 func (m *Message) Data() []byte { return m.data }
 
-// Headers returns the user headers the record carried in its envelope; never nil.
+// Headers returns the user headers the record carried in its envelope, names lowercased (as the
+// Rust crate reads them); never nil.
 func (m *Message) Headers() map[string]string {
 	if m.headers == nil {
 		return map[string]string{}

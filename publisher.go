@@ -118,7 +118,8 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 	return &Publisher{client: client, stream: stream, cfg: cfg}, nil
 }
 
-// Publish writes one record with PutRecord and returns its sequence number. headers may be nil.
+// Publish writes one record with PutRecord and returns its sequence number. headers may be nil;
+// their names are written lowercased, as every reader of the envelope delivers them.
 // The record is checked first (see ErrInvalidRecord). Publish sends once: failures of the call
 // are retried only by the SDK client's retryer, and a missing stream is ErrStreamNotFound.
 // Successive Publish calls with one partition key, each waiting for the previous, are stored
