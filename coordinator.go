@@ -101,10 +101,10 @@ func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, erro
 	shards := make(map[string]shardInfo)
 	var token *string
 	for {
-		in := &kinesis.ListShardsInput{StreamName: aws.String(s.stream)}
+		in := &kinesis.ListShardsInput{StreamName: s.ref.streamName(), StreamARN: s.ref.streamARN()}
 		if token != nil {
-			// The API takes the token alone on continuation calls.
-			in = &kinesis.ListShardsInput{NextToken: token}
+			// The API takes the token without the stream's name on continuation calls.
+			in = &kinesis.ListShardsInput{NextToken: token, StreamARN: s.ref.streamARN()}
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 		out, err := s.client.ListShards(cctx, in)
@@ -326,5 +326,5 @@ func (s *Subscriber) sourceFor(id string) shardSource {
 	if s.cfg.source != nil {
 		return s.cfg.source(id)
 	}
-	return newPoller(s.client, s.stream, id, s.cfg.requestTimeout, s.cfg.pollInterval)
+	return newPoller(s.client, s.ref, id, s.cfg.requestTimeout, s.cfg.pollInterval)
 }

@@ -132,8 +132,8 @@ func ParsePosition(s string) (Position, error) {
 }
 
 // iteratorInput builds the GetShardIterator request that opens shard at p.
-func (p Position) iteratorInput(stream, shard string) *kinesis.GetShardIteratorInput {
-	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(stream), ShardId: aws.String(shard)}
+func (p Position) iteratorInput(stream streamRef, shard string) *kinesis.GetShardIteratorInput {
+	in := &kinesis.GetShardIteratorInput{StreamName: stream.streamName(), StreamARN: stream.streamARN(), ShardId: aws.String(shard)}
 	switch p.kind {
 	case posHorizon:
 		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
