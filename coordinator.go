@@ -226,12 +226,12 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 		return false
 	}
 	w := newWorker(s, id, acquired)
-	w.setWritten(l.Checkpoint)
+	w.setWritten(l.Checkpoint, int(l.SubSequence))
 	if stolen {
 		w.startDelay = stealWait(s.cfg.leaseTTL)
 		w.starting.Store(true)
 	}
-	pos := s.startInput(id, l.Checkpoint)
+	pos := s.startInput(id, l.Checkpoint, l.SubSequence)
 	w.start, w.startCkpt = pos, pos.kind == posAfter
 	w.readCtx, w.cancelRead = context.WithCancel(s.runCtx)
 	s.workers[id] = w
@@ -255,7 +255,7 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 // shard without one opens at the oldest record when a parent was read to its end here (so
 // nothing after a reshard is skipped), and at the initial position (the tip by default)
 // otherwise. Called with s.mu held.
-func (s *Subscriber) startInput(id, checkpoint string) Position {
+func (s *Subscriber) startInput(id, checkpoint string, sub int64) Position {
 	if in := s.installed; in != nil && s.applied[id] != in.epoch {
 		s.applied[id] = in.epoch
 		if in.pos.kind == posLatest && !in.known[id] && s.listed {
@@ -272,7 +272,7 @@ func (s *Subscriber) startInput(id, checkpoint string) Position {
 			return AtTimestamp(time.UnixMilli(ms))
 		}
 	case checkpoint != "":
-		return Position{kind: posAfter, sequence: checkpoint}
+		return Position{kind: posAfter, sequence: checkpoint, sub: int(max(sub, 0))}
 	}
 	if in := s.installed; in != nil {
 		return in.pos

@@ -56,8 +56,9 @@ func (m *Message) ShardID() string {
 func (m *Message) ArrivalTime() time.Time { return m.arrival }
 
 // Position returns the shard-scoped position of this record: seeking there delivers it again,
-// and the records after it.
-func (m *Message) Position() Position { return AtSequence(m.ShardID(), m.sequence) }
+// and the records after it. For a user record of a KPL aggregate that is AtSubSequence: the
+// aggregate's earlier user records are not delivered again.
+func (m *Message) Position() Position { return AtSubSequence(m.ShardID(), m.sequence, m.sub) }
 
 // Ack marks the message handled. The shard's checkpoint may then advance over it: the
 // watermark moves over the contiguous handled prefix, and the shard's flusher writes it to the

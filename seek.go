@@ -219,6 +219,7 @@ func (r *reader) apply(cmd *seekCmd) {
 		r.failed(opOf(err, OpGetShardIterator), err)
 		return
 	}
+	r.openedAt(cmd.pos)
 	r.isOpen = true
 	cmd.done <- nil
 }
