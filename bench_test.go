@@ -197,7 +197,7 @@ func benchSubscribe(b testing.TB, f *pageKinesis, opts ...Option) *Subscriber {
 		WithPollInterval(time.Millisecond),
 		func(c *config) {
 			c.source = func(id string) shardSource {
-				p := newPoller(f, "bench", id, c.requestTimeout, c.pollInterval)
+				p := newPoller(f, streamRef{name: "bench"}, id, c.requestTimeout, c.pollInterval)
 				p.calls.SetLimit(rate.Inf)
 				p.bytes.SetLimit(rate.Inf)
 				return p

@@ -73,13 +73,13 @@ func (w *worker) flush(ctx context.Context) error {
 		return nil
 	}
 	w.mu.Lock()
-	mark, dirty := w.wm.mark, w.dirty
+	mark, sub, dirty := w.wm.mark, w.wm.markSub, w.dirty
 	w.dirty = false
 	w.mu.Unlock()
-	if !dirty || mark == "" || mark == w.written {
+	if !dirty || mark == "" || mark == w.written && sub == w.writtenSub {
 		return nil
 	}
-	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, mark)
+	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, mark, int64(sub))
 	if err != nil {
 		w.mu.Lock()
 		w.dirty = true
@@ -90,11 +90,11 @@ func (w *worker) flush(ctx context.Context) error {
 		w.lose("checkpoint fenced")
 		return nil
 	}
-	w.setWritten(mark)
+	w.setWritten(mark, sub)
 	w.checkpoints.Add(1)
 	// LogAttrs: the variadic Debug boxes mark into an interface, an allocation on every write
 	// even with debug logging off.
-	w.log.LogAttrs(ctx, slog.LevelDebug, "checkpoint", slog.String("sequence", mark))
+	w.log.LogAttrs(ctx, slog.LevelDebug, "checkpoint", slog.String("sequence", mark), slog.Int("sub_sequence", sub))
 	return nil
 }
 

@@ -35,9 +35,9 @@ func testCleanupDeletesTrimmedParent(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
-	_, err := store.Checkpoint(ctx, name+"/"+held, "other", lease.ShardEnd)
+	_, err := store.Checkpoint(ctx, name+"/"+held, "other", lease.ShardEnd, 0)
 	require.NoError(t, err)
-	_, err = store.Checkpoint(ctx, name+"/"+unfinished, "other", "7")
+	_, err = store.Checkpoint(ctx, name+"/"+unfinished, "other", "7", 0)
 	require.NoError(t, err)
 	require.NoError(t, store.Release(ctx, name+"/"+unfinished, "other"))
 

@@ -101,10 +101,10 @@ func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, erro
 	shards := make(map[string]shardInfo)
 	var token *string
 	for {
-		in := &kinesis.ListShardsInput{StreamName: aws.String(s.stream)}
+		in := &kinesis.ListShardsInput{StreamName: s.ref.streamName(), StreamARN: s.ref.streamARN()}
 		if token != nil {
-			// The API takes the token alone on continuation calls.
-			in = &kinesis.ListShardsInput{NextToken: token}
+			// The API takes the token without the stream's name on continuation calls.
+			in = &kinesis.ListShardsInput{NextToken: token, StreamARN: s.ref.streamARN()}
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 		out, err := s.client.ListShards(cctx, in)
@@ -215,12 +215,12 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 		return false
 	}
 	w := newWorker(s, id, acquired)
-	w.setWritten(l.Checkpoint)
+	w.setWritten(l.Checkpoint, int(l.SubSequence))
 	if stolen {
 		w.startDelay = stealWait(s.cfg.leaseTTL)
 		w.starting.Store(true)
 	}
-	pos := s.startInput(id, l.Checkpoint)
+	pos := s.startInput(id, l.Checkpoint, l.SubSequence)
 	w.start, w.startCkpt = pos, pos.kind == posAfter
 	w.readCtx, w.cancelRead = context.WithCancel(s.runCtx)
 	s.workers[id] = w
@@ -244,7 +244,7 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 // shard without one opens at the oldest record when a parent was read to its end here (so
 // nothing after a reshard is skipped), and at the initial position (the tip by default)
 // otherwise. Called with s.mu held.
-func (s *Subscriber) startInput(id, checkpoint string) Position {
+func (s *Subscriber) startInput(id, checkpoint string, sub int64) Position {
 	if in := s.installed; in != nil && s.applied[id] != in.epoch {
 		s.applied[id] = in.epoch
 		if in.pos.kind == posLatest && !in.known[id] && s.listed {
@@ -261,7 +261,7 @@ func (s *Subscriber) startInput(id, checkpoint string) Position {
 			return AtTimestamp(time.UnixMilli(ms))
 		}
 	case checkpoint != "":
-		return Position{kind: posAfter, sequence: checkpoint}
+		return Position{kind: posAfter, sequence: checkpoint, sub: int(max(sub, 0))}
 	}
 	if in := s.installed; in != nil {
 		return in.pos
@@ -315,5 +315,5 @@ func (s *Subscriber) sourceFor(id string) shardSource {
 	if s.cfg.source != nil {
 		return s.cfg.source(id)
 	}
-	return newPoller(s.client, s.stream, id, s.cfg.requestTimeout, s.cfg.pollInterval)
+	return newPoller(s.client, s.ref, id, s.cfg.requestTimeout, s.cfg.pollInterval)
 }

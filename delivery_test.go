@@ -19,11 +19,11 @@ type countingStore struct {
 	checkpoints atomic.Int64
 }
 
-func (c *countingStore) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+func (c *countingStore) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
 	if seq != lease.TrimHorizon && !strings.HasPrefix(seq, lease.AtTimestampPrefix) {
 		c.checkpoints.Add(1)
 	}
-	return c.Store.Checkpoint(ctx, key, owner, seq)
+	return c.Store.Checkpoint(ctx, key, owner, seq, sub)
 }
 
 // TestCoalescedCheckpoints acks 10,000 records of one shard in order: the acks cost at most one

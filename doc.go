@@ -118,12 +118,19 @@
 //
 // Records published with headers (Publisher) carry them in an envelope compatible with the
 // ruststream-kinesis crate: "RSK1", a big-endian u32 length, lines "name: value\n", then the
-// payload. Message.Data returns the payload and Message.Headers the headers; a record without
-// a valid envelope is delivered as it is. A record aggregated by the Kinesis Producer Library
-// is delivered as its user records, which share its sequence number (SubSequenceNumber tells
-// them apart); its checkpoint passes the aggregate only once all of them are handled. A record
-// that looks aggregated but is malformed is reported on Errors (ErrAggregatedRecord) and
-// counts as handled.
+// payload. Message.Data returns the payload and Message.Headers the headers, read exactly as the
+// crate reads them: lines end at '\n' (or "\r\n"), a line splits at its first ':', names and
+// values are trimmed, lines without ':' are ignored, the last of duplicate names wins, and names
+// are lowercased (Publish lowercases them too). A record without an envelope, or whose length
+// runs past the record's end, is delivered as it is.
+//
+// A record aggregated by the Kinesis Producer Library is delivered as its user records, which
+// share its sequence number (SubSequenceNumber tells them apart). Until all of them are handled
+// the checkpoint stays inside the aggregate, as the Java KCL's does: (sequence number, user
+// records handled), stored as the lease's SubSequence, so a restart resumes at the first
+// unhandled user record. Message.Position points at the user record (AtSubSequence), so Seek
+// there delivers it and what follows. A record that looks aggregated but is malformed (a bad
+// checksum, say) is reported on Errors (ErrAggregatedRecord) and counts as handled.
 //
 // # Concurrency
 //

@@ -9,13 +9,19 @@ import (
 	"strings"
 )
 
-// The header envelope is shared with the Rust implementation, so both sides must agree on every
-// byte. A record with headers is
+// The header envelope is shared with the Rust implementation (the ruststream-kinesis crate), so
+// both sides must agree on every byte. A record with headers is
 //
 //	"RSK1" | block length (big-endian uint32) | block | payload
 //
-// where the block holds one "name: value\n" line per header, names sorted. A record without
-// headers is the bare payload.
+// The crate writes one "name: value\n" line per header; it reads a block more loosely, and
+// kinesub reads it exactly as the crate does: the block is split into lines at '\n' (a '\r'
+// ending a line is dropped), each line at its first ':', name and value are trimmed of white
+// space, a line without ':' is ignored, and names are lowercased (the crate's Headers type is
+// case-insensitive and lowercases them). Of duplicate names the last line wins. Only a block
+// that even the crate cannot read (a length past the end of the record) makes the record a
+// plain payload. kinesub writes the crate's form, names lowercased and sorted, and refuses a
+// header that would not read back as given. A record without headers is the bare payload.
 const (
 	envelopeMagic  = "RSK1"
 	envelopePrefix = len(envelopeMagic) + 4 // magic and block length
@@ -32,12 +38,18 @@ func encodeEnvelope(headers map[string]string, payload []byte) ([]byte, error) {
 	}
 	block := 0
 	names := make([]string, 0, len(headers))
+	lower := make(map[string]string, len(headers)) // lowercased name to the name given
 	for name, value := range headers {
 		if err := checkHeader(name, value); err != nil {
 			return nil, err
 		}
-		block += len(name) + len(": ") + len(value) + len("\n")
-		names = append(names, name)
+		low := strings.ToLower(name)
+		if other, dup := lower[low]; dup {
+			return nil, fmt.Errorf("%w: names %q and %q are the same header (names are case-insensitive)", ErrInvalidHeader, other, name)
+		}
+		lower[low] = name
+		block += len(low) + len(": ") + len(value) + len("\n")
+		names = append(names, low)
 	}
 	slices.Sort(names)
 	if block > math.MaxUint32 {
@@ -49,28 +61,35 @@ func encodeEnvelope(headers map[string]string, payload []byte) ([]byte, error) {
 	for _, name := range names {
 		out = append(out, name...)
 		out = append(out, ": "...)
-		out = append(out, headers[name]...)
+		out = append(out, headers[lower[name]]...)
 		out = append(out, '\n')
 	}
 	return append(out, payload...), nil
 }
 
+// checkHeader refuses a header that a reader of the envelope would not read back as given
+// (apart from the name's case): the reader splits at newlines and at a name's first ':', and
+// trims white space around names and values.
 func checkHeader(name, value string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty name", ErrInvalidHeader)
 	case strings.ContainsAny(name, ":\n"):
 		return fmt.Errorf("%w: name %q contains ':' or a newline", ErrInvalidHeader, name)
+	case strings.TrimSpace(name) != name:
+		return fmt.Errorf("%w: name %q begins or ends with white space", ErrInvalidHeader, name)
 	case strings.Contains(value, "\n"):
 		return fmt.Errorf("%w: value of %q contains a newline", ErrInvalidHeader, name)
+	case strings.TrimSpace(value) != value:
+		return fmt.Errorf("%w: value of %q begins or ends with white space", ErrInvalidHeader, name)
 	}
 	return nil
 }
 
 // decodeEnvelope splits record data into headers and payload. payload is a sub-slice of data,
-// never a copy. Data that is not a well-formed envelope (no magic, a length beyond the data, a
-// line that is not "name: value") is a plain payload with no headers, so a producer that never
-// heard of envelopes is read unchanged.
+// never a copy. Data that is not an envelope (no magic, or a block length past the end of the
+// data) is a plain payload with no headers, so a producer that never heard of envelopes is read
+// unchanged.
 //
 // headers is never nil, and it belongs to the caller: a fresh map on every call, also when it is
 // empty. A shared empty map would save that one small allocation but would let one consumer's
@@ -88,27 +107,46 @@ func decodeEnvelope(data []byte) (headers map[string]string, payload []byte) {
 // headers (most of them) costs no allocation here.
 func splitEnvelope(data []byte) (headers map[string]string, payload []byte) {
 	block, ok := parseEnvelope(data)
-	if !ok || len(block) == 0 {
-		if ok {
-			data = data[envelopePrefix:]
-		}
+	if !ok {
 		return nil, data
 	}
-	// One string for the whole block: every name and value is a substring of it, which costs one
-	// allocation instead of two per header.
-	s := string(block)
-	headers = make(map[string]string, strings.Count(s, "\n"))
-	for len(s) > 0 {
-		i := strings.IndexByte(s, ':')
-		j := strings.IndexByte(s, '\n')
-		headers[s[:i]] = s[i+2 : j]
-		s = s[j+1:]
+	payload = data[envelopePrefix+len(block):]
+	if bytes.IndexByte(block, ':') < 0 {
+		return nil, payload // no line carries a header
 	}
-	return headers, data[envelopePrefix+len(block):]
+	// One string for the whole block: names and values are substrings of it (unless a name
+	// needs lowercasing), which costs one allocation instead of two per header.
+	s := string(block)
+	headers = make(map[string]string, strings.Count(s, "\n")+1)
+	for len(s) > 0 {
+		line := s
+		if j := strings.IndexByte(s, '\n'); j >= 0 {
+			line, s = s[:j], s[j+1:]
+		} else {
+			s = ""
+		}
+		line = strings.TrimSuffix(line, "\r")
+		name, value, found := strings.Cut(line, ":")
+		if !found {
+			continue
+		}
+		headers[lowerName(strings.TrimSpace(name))] = strings.TrimSpace(value)
+	}
+	return headers, payload
 }
 
-// parseEnvelope reports whether data is a well-formed envelope and returns its header block.
-// It checks everything decodeEnvelope relies on, without allocating.
+// lowerName is strings.ToLower without its allocation for a name already in lower case, which is
+// how kinesub and the crate write names.
+func lowerName(name string) string {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c >= 'A' && c <= 'Z' || c >= 0x80 {
+			return strings.ToLower(name)
+		}
+	}
+	return name
+}
+
+// parseEnvelope reports whether data is an envelope and returns its header block.
 func parseEnvelope(data []byte) (block []byte, ok bool) {
 	if len(data) < envelopePrefix || string(data[:len(envelopeMagic)]) != envelopeMagic {
 		return nil, false
@@ -117,17 +155,5 @@ func parseEnvelope(data []byte) (block []byte, ok bool) {
 	if uint64(n) > uint64(len(data)-envelopePrefix) {
 		return nil, false
 	}
-	block = data[envelopePrefix : envelopePrefix+int(n)]
-	for rest := block; len(rest) > 0; {
-		j := bytes.IndexByte(rest, '\n')
-		if j < 0 {
-			return nil, false // last line unterminated
-		}
-		i := bytes.IndexByte(rest[:j], ':')
-		if i <= 0 || rest[i+1] != ' ' { // i < j, so rest[i+1] exists
-			return nil, false // empty name, no ':', or ':' not followed by ' '
-		}
-		rest = rest[j+1:]
-	}
-	return block, true
+	return data[envelopePrefix : envelopePrefix+int(n)], true
 }

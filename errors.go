@@ -54,7 +54,8 @@ var (
 	// Publish and PublishBatch check every record before sending anything.
 	ErrInvalidRecord = errors.New("kinesub: invalid record")
 	// ErrInvalidHeader is wrapped by the error for a header that the envelope cannot carry: an empty
-	// name, a name containing ':' or '\n', or a value containing '\n'.
+	// name, a name containing ':' or '\n', a value containing '\n', a name or value beginning or
+	// ending with white space (readers trim it), or two names that differ only in case.
 	ErrInvalidHeader = errors.New("kinesub: invalid header")
 )
 

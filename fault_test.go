@@ -441,12 +441,12 @@ type hangingCheckpoints struct {
 	hang atomic.Bool
 }
 
-func (h *hangingCheckpoints) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+func (h *hangingCheckpoints) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
 	if h.hang.Load() {
 		<-ctx.Done()
 		return false, ctx.Err()
 	}
-	return h.Store.Checkpoint(ctx, key, owner, seq)
+	return h.Store.Checkpoint(ctx, key, owner, seq, sub)
 }
 
 // TestLostLeaseNotFromSlowCheckpoints: checkpoint writes that hang for longer than the lease

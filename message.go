@@ -25,7 +25,8 @@ type Message struct {
 // Data returns the record's payload, without the header envelope.
 func (m *Message) Data() []byte { return m.data }
 
-// Headers returns the user headers the record carried in its envelope; never nil.
+// Headers returns the user headers the record carried in its envelope, names lowercased (as the
+// Rust crate reads them); never nil.
 func (m *Message) Headers() map[string]string {
 	if m.headers == nil {
 		return map[string]string{}
@@ -55,8 +56,9 @@ func (m *Message) ShardID() string {
 func (m *Message) ArrivalTime() time.Time { return m.arrival }
 
 // Position returns the shard-scoped position of this record: seeking there delivers it again,
-// and the records after it.
-func (m *Message) Position() Position { return AtSequence(m.ShardID(), m.sequence) }
+// and the records after it. For a user record of a KPL aggregate that is AtSubSequence: the
+// aggregate's earlier user records are not delivered again.
+func (m *Message) Position() Position { return AtSubSequence(m.ShardID(), m.sequence, m.sub) }
 
 // Ack marks the message handled. The shard's checkpoint may then advance over it: the
 // watermark moves over the contiguous handled prefix, and the shard's flusher writes it to the

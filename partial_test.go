@@ -88,11 +88,11 @@ func (f *flakyStore) Renew(ctx context.Context, key, owner string, ttl time.Dura
 	return ok, err
 }
 
-func (f *flakyStore) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+func (f *flakyStore) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
 	if err := f.gate(ctx); err != nil {
 		return false, err
 	}
-	return f.Store.Checkpoint(ctx, key, owner, seq)
+	return f.Store.Checkpoint(ctx, key, owner, seq, sub)
 }
 
 func (f *flakyStore) Read(ctx context.Context, key string) (lease.Lease, error) {

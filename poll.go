@@ -22,7 +22,7 @@ const (
 // and read throughput, and with the SDK's retries off: the reader retries with its own backoff.
 type poller struct {
 	client  kinesisiface.Kinesis
-	stream  string
+	stream  streamRef
 	shard   string
 	timeout time.Duration // of each call (WithRequestTimeout)
 	idle    time.Duration // the wait after an empty page (WithPollInterval)
@@ -31,7 +31,7 @@ type poller struct {
 	bytes   *rate.Limiter
 }
 
-func newPoller(client kinesisiface.Kinesis, stream, shard string, timeout, idle time.Duration) *poller {
+func newPoller(client kinesisiface.Kinesis, stream streamRef, shard string, timeout, idle time.Duration) *poller {
 	return &poller{
 		client: client, stream: stream, shard: shard, timeout: timeout, idle: idle,
 		calls: rate.NewLimiter(getRecordsPerSecond, 1),
@@ -56,7 +56,7 @@ func (p *poller) next(ctx context.Context, limit int) (page, error) {
 		return page{}, &sourceError{op: OpGetRecords, err: err}
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit))}, noRetry)
+	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit)), StreamARN: p.stream.streamARN()}, noRetry)
 	cancel()
 	if err != nil {
 		return page{}, &sourceError{op: OpGetRecords, err: err}

@@ -3,6 +3,7 @@ package kinesub
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,7 +20,7 @@ const (
 	posLatest
 	posTimestamp
 	posSequence
-	posAfter // just after a checkpointed sequence number; internal
+	posAfter // just after a checkpoint: a sequence number, or a user record in an aggregate; internal
 )
 
 // Position is a place in a stream to read from: stream-wide (Horizon, Latest, AtTimestamp) or
@@ -29,6 +30,9 @@ type Position struct {
 	unixNano int64 // posTimestamp
 	shard    string
 	sequence string
+	// sub, with posSequence: the user record of a KPL aggregate to start at; with posAfter:
+	// how many of the aggregate's user records were handled (0: the whole record was).
+	sub int
 }
 
 // Horizon is the oldest record each shard retains (TRIM_HORIZON). Stream-wide.
@@ -61,6 +65,14 @@ func AtSequence(shard, sequence string) Position {
 	return Position{kind: posSequence, shard: shard, sequence: sequence}
 }
 
+// AtSubSequence is exactly the user record with this sub-sequence number in the record with
+// this sequence number, a KPL aggregate, on this shard, and the records after it: the aggregate's
+// earlier user records are skipped. With subSequence 0 it is AtSequence. Shard-scoped; a negative
+// subSequence counts as 0.
+func AtSubSequence(shard, sequence string, subSequence int) Position {
+	return Position{kind: posSequence, shard: shard, sequence: sequence, sub: max(subSequence, 0)}
+}
+
 // IsZero reports whether p is the zero (invalid) Position.
 func (p Position) IsZero() bool { return p.kind == posInvalid }
 
@@ -73,7 +85,9 @@ func (p Position) streamWide() bool {
 }
 
 // String renders p as ParsePosition reads it: "horizon", "latest",
-// "timestamp:2026-12-02T10:00:00Z" (RFC 3339, UTC) or "sequence:<shard>:<sequence number>".
+// "timestamp:2026-12-02T10:00:00Z" (RFC 3339, UTC), "sequence:<shard>:<sequence number>", or,
+// for a user record of a KPL aggregate past its first, "sequence:<shard>:<sequence
+// number>:<sub-sequence number>".
 func (p Position) String() string {
 	switch p.kind {
 	case posHorizon:
@@ -83,8 +97,14 @@ func (p Position) String() string {
 	case posTimestamp:
 		return "timestamp:" + time.Unix(0, p.unixNano).UTC().Format(time.RFC3339Nano)
 	case posSequence:
+		if p.sub > 0 {
+			return "sequence:" + p.shard + ":" + p.sequence + ":" + strconv.Itoa(p.sub)
+		}
 		return "sequence:" + p.shard + ":" + p.sequence
 	case posAfter:
+		if p.sub > 0 {
+			return "after:" + p.sequence + ":" + strconv.Itoa(p.sub)
+		}
 		return "after:" + p.sequence
 	}
 	return "invalid"
@@ -114,26 +134,33 @@ func ParsePosition(s string) (Position, error) {
 		}
 		return AtTimestamp(t), nil
 	case strings.HasPrefix(s0, "sequence:"):
-		rest := s0[len("sequence:"):]
-		i := strings.LastIndexByte(rest, ':')
-		if i <= 0 || i == len(rest)-1 {
-			return bad("want sequence:<shard id>:<sequence number>")
+		parts := strings.Split(s0[len("sequence:"):], ":")
+		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+			return bad("want sequence:<shard id>:<sequence number>[:<sub-sequence number>]")
 		}
-		shard, seq := rest[:i], rest[i+1:]
+		shard, seq := parts[0], parts[1]
+		sub := 0
+		if len(parts) == 3 {
+			n, err := strconv.Atoi(parts[2])
+			if err != nil || n < 0 || strings.Trim(parts[2], "0123456789") != "" {
+				return bad("sub-sequence number must be a non-negative decimal integer")
+			}
+			sub = n
+		}
 		if !validName(shard) {
 			return bad("shard id must be 1 to 128 characters of letters, digits, '_', '.' or '-'")
 		}
 		if len(seq) > 128 || strings.Trim(seq, "0123456789") != "" {
 			return bad("sequence number must be 1 to 128 decimal digits")
 		}
-		return AtSequence(shard, seq), nil
+		return AtSubSequence(shard, seq, sub), nil
 	}
 	return bad("want horizon, latest, timestamp:<RFC 3339 time> or sequence:<shard id>:<sequence number>")
 }
 
 // iteratorInput builds the GetShardIterator request that opens shard at p.
-func (p Position) iteratorInput(stream, shard string) *kinesis.GetShardIteratorInput {
-	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(stream), ShardId: aws.String(shard)}
+func (p Position) iteratorInput(stream streamRef, shard string) *kinesis.GetShardIteratorInput {
+	in := &kinesis.GetShardIteratorInput{StreamName: stream.streamName(), StreamARN: stream.streamARN(), ShardId: aws.String(shard)}
 	switch p.kind {
 	case posHorizon:
 		in.ShardIteratorType = types.ShardIteratorTypeTrimHorizon
@@ -145,6 +172,10 @@ func (p Position) iteratorInput(stream, shard string) *kinesis.GetShardIteratorI
 		in.StartingSequenceNumber = aws.String(p.sequence)
 	case posAfter:
 		in.ShardIteratorType = types.ShardIteratorTypeAfterSequenceNumber
+		if p.sub > 0 {
+			// Inside an aggregate: open at it, and the reader skips its handled user records.
+			in.ShardIteratorType = types.ShardIteratorTypeAtSequenceNumber
+		}
 		in.StartingSequenceNumber = aws.String(p.sequence)
 	default:
 		in.ShardIteratorType = types.ShardIteratorTypeLatest

@@ -29,7 +29,8 @@ const (
 // for concurrent use and holds no goroutines, so it needs no closing.
 type Publisher struct {
 	client kinesisiface.Kinesis
-	stream string
+	stream string // the stream's name, also when given its ARN
+	ref    streamRef
 	cfg    publisherConfig
 }
 
@@ -89,9 +90,10 @@ func WithPublishBackoff(min, max time.Duration) PublisherOption {
 	return func(c *publisherConfig) { c.backoffMin, c.backoffMax = min, max }
 }
 
-// NewPublisher returns a Publisher that writes to stream through client. It does no I/O: a
+// NewPublisher returns a Publisher that writes to stream, given by name or by ARN, through
+// client. It does no I/O: a
 // stream that does not exist shows up as ErrStreamNotFound from the first publish. An empty or
-// malformed stream name, a nil client or an invalid option is an error wrapping
+// malformed stream name or ARN, a nil client or an invalid option is an error wrapping
 // ErrInvalidOption.
 func NewPublisher(client *kinesis.Client, stream string, opts ...PublisherOption) (*Publisher, error) {
 	if client == nil {
@@ -102,7 +104,8 @@ func NewPublisher(client *kinesis.Client, stream string, opts ...PublisherOption
 
 // newPublisher takes the interface, so tests can put a fake in front of the publisher.
 func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherOption) (*Publisher, error) {
-	if err := checkStreamName("NewPublisher", stream); err != nil {
+	ref, err := parseStream("NewPublisher", stream)
+	if err != nil {
 		return nil, err
 	}
 	cfg := defaultPublisherConfig()
@@ -115,10 +118,11 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{client: client, stream: stream, cfg: cfg}, nil
+	return &Publisher{client: client, stream: ref.name, ref: ref, cfg: cfg}, nil
 }
 
-// Publish writes one record with PutRecord and returns its sequence number. headers may be nil.
+// Publish writes one record with PutRecord and returns its sequence number. headers may be nil;
+// their names are written lowercased, as every reader of the envelope delivers them.
 // The record is checked first (see ErrInvalidRecord). Publish sends once: failures of the call
 // are retried only by the SDK client's retryer, and a missing stream is ErrStreamNotFound.
 // Successive Publish calls with one partition key, each waiting for the previous, are stored
@@ -129,7 +133,7 @@ func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byt
 		return "", fmt.Errorf("%w: %w", ErrInvalidRecord, err)
 	}
 	out, err := p.client.PutRecord(ctx, &kinesis.PutRecordInput{
-		StreamName: aws.String(p.stream), PartitionKey: aws.String(partitionKey), Data: enc,
+		StreamName: p.ref.streamName(), StreamARN: p.ref.streamARN(), PartitionKey: aws.String(partitionKey), Data: enc,
 	})
 	if err != nil {
 		return "", callError("PutRecord", p.stream, err)
@@ -210,7 +214,7 @@ func (p *Publisher) putChunk(ctx context.Context, entries []types.PutRecordsRequ
 		for _, i := range pending {
 			req = append(req, entries[i])
 		}
-		out, err := p.client.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String(p.stream), Records: req})
+		out, err := p.client.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: p.ref.streamName(), StreamARN: p.ref.streamARN(), Records: req})
 		if err == nil && len(out.Records) != len(req) {
 			err = fmt.Errorf("PutRecords answered %d results for %d records", len(out.Records), len(req))
 		}

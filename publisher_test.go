@@ -526,7 +526,7 @@ func readAll(t *testing.T, client *kinesis.Client, stream string) []types.Record
 	}
 	var all []types.Record
 	for _, s := range shards.Shards {
-		it, err := client.GetShardIterator(ctx, Horizon().iteratorInput(stream, aws.ToString(s.ShardId)))
+		it, err := client.GetShardIterator(ctx, Horizon().iteratorInput(streamRef{name: stream}, aws.ToString(s.ShardId)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,6 +24,18 @@ type reader struct {
 	recordSize     int // mean size of the records last fetched, for the byte cap
 	ask            int // the most records to ask for: WithBatchSize, less after calls timed out
 	attempt        int
+	// skipSeq, skipSub: the source was opened at a user record inside a KPL aggregate; the
+	// first user records (skipSub of them) of the aggregate skipSeq are not delivered.
+	skipSeq string
+	skipSub int
+}
+
+// openedAt notes where the source was just opened, for the user records to skip.
+func (r *reader) openedAt(at Position) {
+	r.skipSeq, r.skipSub = "", 0
+	if at.sub > 0 && (at.kind == posSequence || at.kind == posAfter) {
+		r.skipSeq, r.skipSub = at.sequence, at.sub
+	}
 }
 
 // loop reads until the shard ends (true) or the reader must stop (false).
@@ -102,6 +114,7 @@ func (r *reader) open() bool {
 		return false
 	}
 	r.opened()
+	r.openedAt(at)
 	r.isOpen = true
 	r.mark()
 	return true
@@ -130,11 +143,11 @@ func (r *reader) mark() {
 	if w.written != "" {
 		return
 	}
-	if _, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, m); err != nil {
+	if _, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, m, 0); err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
 		return
 	}
-	w.setWritten(m)
+	w.setWritten(m, 0)
 }
 
 // opened notes that the shard was opened: whatever the stored checkpoint was, it is behind us.
@@ -256,13 +269,21 @@ func (r *reader) deliver(records []types.Record) bool {
 		rec := &records[i]
 		seq := aws.ToString(rec.SequenceNumber)
 		arrival := aws.ToTime(rec.ApproximateArrivalTimestamp)
+		// Only the first record read after opening inside an aggregate can be that aggregate.
+		skip := 0
+		if r.skipSeq != "" {
+			if seq == r.skipSeq {
+				skip = r.skipSub
+			}
+			r.skipSeq, r.skipSub = "", 0
+		}
 		if !isAggregated(rec.Data) {
 			m := Message{sequence: seq, shard: w, gen: r.gen, partitionKey: aws.ToString(rec.PartitionKey), arrival: arrival}
 			m.headers, m.data = splitEnvelope(rec.Data)
 			if len(m.headers) == 0 {
 				m.headers = nil
 			}
-			m.index = w.wm.track(seq, len(rec.Data))
+			m.index = w.wm.track(seq, 0, len(rec.Data))
 			msgs = append(msgs, m)
 			w.lastSeq = seq
 			continue
@@ -270,25 +291,28 @@ func (r *reader) deliver(records []types.Record) bool {
 		subs, err := deaggregate(rec.Data)
 		if err != nil {
 			// Reported, not delivered, and handled at once so that the shard moves on.
-			w.wm.settle(w.wm.track(seq, 0))
+			w.wm.settle(w.wm.track(seq, 0, 0))
 			w.dirty = true
 			w.lastSeq = seq
 			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
 			continue
 		}
 		for j, sub := range subs {
+			if j < skip {
+				continue // handled before the checkpoint or seek that opened the shard here
+			}
 			m := Message{sequence: seq, sub: j, shard: w, gen: r.gen, partitionKey: sub.partitionKey, arrival: arrival}
 			m.headers, m.data = splitEnvelope(sub.data)
 			if len(m.headers) == 0 {
 				m.headers = nil
 			}
-			// Until the last user record of the aggregate is handled, the checkpoint may only
-			// reach the record before it: resuming after seq would skip the rest.
-			mark := w.lastSeq
-			if j == len(subs)-1 {
-				mark = seq
+			// Until the last user record of the aggregate is handled, the checkpoint stays
+			// inside it: (seq, user records handled), which resumes at the next one.
+			next := j + 1
+			if next == len(subs) {
+				next = 0
 			}
-			m.index = w.wm.track(mark, len(sub.data))
+			m.index = w.wm.track(seq, next, len(sub.data))
 			msgs = append(msgs, m)
 		}
 		w.lastSeq = seq
@@ -324,7 +348,7 @@ func (r *reader) finish() bool {
 		return false
 	}
 	defer w.unlockFlush()
-	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, lease.ShardEnd)
+	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, lease.ShardEnd, 0)
 	if err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
 		r.isOpen = false // the shard's end is found again after the backoff
@@ -336,6 +360,6 @@ func (r *reader) finish() bool {
 		w.lose("checkpoint fenced")
 		return false
 	}
-	w.setWritten(lease.ShardEnd)
+	w.setWritten(lease.ShardEnd, 0)
 	return true
 }

@@ -118,7 +118,7 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 	}
 	// Ask the service for the target first, so that a target it refuses changes nothing.
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-	_, err := s.client.GetShardIterator(cctx, p.iteratorInput(s.stream, p.shard), noRetry)
+	_, err := s.client.GetShardIterator(cctx, p.iteratorInput(s.ref, p.shard), noRetry)
 	cancel()
 	if err != nil {
 		return &ShardError{Stream: s.stream, Shard: p.shard, Op: OpSeek, Err: fmt.Errorf("not moved: %w", err)}
@@ -219,6 +219,7 @@ func (r *reader) apply(cmd *seekCmd) {
 		r.failed(opOf(err, OpGetShardIterator), err)
 		return
 	}
+	r.openedAt(cmd.pos)
 	r.isOpen = true
 	cmd.done <- nil
 }

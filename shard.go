@@ -27,9 +27,10 @@ type worker struct {
 	dirty   bool   // wm.mark not yet written
 	lastSeq string // newest sequence number fetched in this generation
 
-	flushSem chan struct{}          // held while a checkpoint write runs; waits end with ctx
-	written  string                 // newest checkpoint in the store as far as this worker knows
-	shown    atomic.Pointer[string] // written, for Shards, which must not wait on a write
+	flushSem   chan struct{}          // held while a checkpoint write runs; waits end with ctx
+	written    string                 // newest checkpoint in the store as far as this worker knows
+	writtenSub int                    // its sub-sequence (lease.Lease.SubSequence)
+	shown      atomic.Pointer[string] // written, for Shards, which must not wait on a write
 
 	handedOut   atomic.Int64 // handed to the consumer, not yet settled
 	waitingRoom atomic.Bool
@@ -80,8 +81,8 @@ func (w *worker) bump() uint64 { return w.gate.Add(1) }
 
 // setWritten records the newest checkpoint written; called with the flush lock held (or
 // before the worker starts).
-func (w *worker) setWritten(seq string) {
-	w.written = seq
+func (w *worker) setWritten(seq string, sub int) {
+	w.written, w.writtenSub = seq, sub
 	w.shown.Store(&seq)
 }
 

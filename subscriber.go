@@ -26,7 +26,8 @@ const (
 type Subscriber struct {
 	cfg    config
 	client kinesisiface.Kinesis
-	stream string
+	stream string // the stream's name, also when Subscribe was given its ARN
+	ref    streamRef
 	log    *slog.Logger
 	seeker *Seeker
 
@@ -73,7 +74,8 @@ type Subscriber struct {
 	closeErr  error
 }
 
-// Subscribe starts consuming stream and returns once the stream is known to exist (or was
+// Subscribe starts consuming stream, given by name or by ARN
+// ("arn:aws:kinesis:<region>:<account>:stream/<name>"), and returns once the stream is known to exist (or was
 // created, with WithCreateIfMissing) and the lease store answered. Options are validated
 // before any I/O. The subscription runs until Close, a fatal error (the stream was deleted),
 // or until ctx is cancelled, which behaves like Close with a short drain.
@@ -92,7 +94,8 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		}
 		o(&cfg)
 	}
-	if err := checkStreamName("Subscribe", stream); err != nil {
+	ref, err := parseStream("Subscribe", stream)
+	if err != nil {
 		return nil, err
 	}
 	if err := cfg.validate(); err != nil {
@@ -101,8 +104,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	s := &Subscriber{
 		cfg:          cfg,
 		client:       client,
-		stream:       stream,
-		log:          cfg.logger.With(logStream, stream),
+		stream:       ref.name,
+		ref:          ref,
+		log:          cfg.logger.With(logStream, ref.name),
 		hand:         newHandoff(cfg.bufferPages),
 		out:          make(chan *Message),
 		fence:        make(chan chan struct{}),
@@ -160,7 +164,7 @@ func (s *Subscriber) ensureStream(ctx context.Context) error {
 	created := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-		out, err := s.client.DescribeStreamSummary(cctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(s.stream)})
+		out, err := s.client.DescribeStreamSummary(cctx, &kinesis.DescribeStreamSummaryInput{StreamName: s.ref.streamName(), StreamARN: s.ref.streamARN()})
 		cancel()
 		var nf *types.ResourceNotFoundException
 		switch {
@@ -223,7 +227,8 @@ func (s *Subscriber) Err() error {
 	return s.err
 }
 
-// StreamName returns the name of the stream being consumed.
+// StreamName returns the name of the stream being consumed, also when Subscribe was given its
+// ARN.
 func (s *Subscriber) StreamName() string { return s.stream }
 
 // Commit writes every owned shard's acknowledged watermark to the lease store now, and returns

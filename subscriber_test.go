@@ -237,11 +237,11 @@ func (b *blackhole) Renew(ctx context.Context, key, owner string, ttl time.Durat
 	return b.Store.Renew(ctx, key, owner, ttl)
 }
 
-func (b *blackhole) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+func (b *blackhole) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
 	if b.cut.Load() {
 		return false, b.fail()
 	}
-	return b.Store.Checkpoint(ctx, key, owner, seq)
+	return b.Store.Checkpoint(ctx, key, owner, seq, sub)
 }
 
 func (b *blackhole) Release(ctx context.Context, key, owner string) error {

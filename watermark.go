@@ -12,19 +12,26 @@ type watermark struct {
 	pending []slot // deliveries from base on, in fetch order
 	head    int    // pending[:head] were handled and popped (compacted lazily)
 	settled int    // handled deliveries still behind an unhandled one
-	mark    string // sequence number of the newest handled delivery of the prefix
+	mark    string // checkpoint once the prefix is handled: a sequence number…
+	markSub int    // …and, inside a KPL aggregate, how many of its user records are handled
 	bytes   int    // sizes of pending[head:], what unsettled counts
 }
 
+// A slot's seq and sub are the checkpoint that its delivery, once handled with every one
+// before it, moves the watermark to: (sequence number, 0) for a whole record, and for a user
+// record of a KPL aggregate that is not its last, (the aggregate's sequence number, how many
+// of its user records that makes handled).
 type slot struct {
 	seq     string
+	sub     int
 	size    int
 	handled bool
 }
 
-// track registers a delivery of sequence seq carrying size bytes and returns its index.
-func (w *watermark) track(seq string, size int) uint64 {
-	w.pending = append(w.pending, slot{seq: seq, size: size})
+// track registers a delivery carrying size bytes, whose handling moves the checkpoint to
+// (seq, sub), and returns its index.
+func (w *watermark) track(seq string, sub, size int) uint64 {
+	w.pending = append(w.pending, slot{seq: seq, sub: sub, size: size})
 	w.bytes += size
 	return w.base + uint64(len(w.pending)-1)
 }
@@ -45,7 +52,7 @@ func (w *watermark) settle(idx uint64) bool {
 		return false
 	}
 	for w.head < len(w.pending) && w.pending[w.head].handled {
-		w.mark = w.pending[w.head].seq
+		w.mark, w.markSub = w.pending[w.head].seq, w.pending[w.head].sub
 		w.bytes -= w.pending[w.head].size
 		w.pending[w.head] = slot{}
 		w.head++

@@ -25,7 +25,7 @@ func TestWatermark(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var w watermark
 			for i := range tc.tracked {
-				if got := w.track("s"+strconv.Itoa(i), 1); got != uint64(i) {
+				if got := w.track("s"+strconv.Itoa(i), 0, 1); got != uint64(i) {
 					t.Fatalf("track %d returned index %d", i, got)
 				}
 			}
@@ -45,7 +45,7 @@ func TestWatermark(t *testing.T) {
 func TestWatermarkAdvanceReport(t *testing.T) {
 	var w watermark
 	for i := range 3 {
-		w.track(strconv.Itoa(i), 1)
+		w.track(strconv.Itoa(i), 0, 1)
 	}
 	if w.settle(1) {
 		t.Error("ack behind a hole reported an advance")
@@ -70,7 +70,7 @@ func TestWatermarkRandomOrder(t *testing.T) {
 	next := 0
 	for _, idx := range order {
 		for next <= idx { // deliveries are tracked before they can be acked
-			w.track(strconv.Itoa(next), 1)
+			w.track(strconv.Itoa(next), 0, 1)
 			next++
 		}
 		w.settle(uint64(idx))
@@ -97,9 +97,40 @@ func TestWatermarkRandomOrder(t *testing.T) {
 func TestWatermarkMemoryFollowsUnsettled(t *testing.T) {
 	var w watermark
 	for i := range 100000 {
-		w.settle(w.track(strconv.Itoa(i), 1))
+		w.settle(w.track(strconv.Itoa(i), 0, 1))
 	}
 	if cap(w.pending) > 1024 {
 		t.Errorf("in-order acks kept %d slots", cap(w.pending))
+	}
+}
+
+// TestWatermarkSubSequence: inside an aggregate the mark carries how many of its user records are
+// handled, and leaves it once the last one is.
+func TestWatermarkSubSequence(t *testing.T) {
+	var w watermark
+	a := w.track("10", 0, 1)
+	b0 := w.track("20", 1, 1)
+	b1 := w.track("20", 2, 1)
+	b2 := w.track("20", 0, 1)
+	type mark struct {
+		seq string
+		sub int
+	}
+	at := func() mark { return mark{w.mark, w.markSub} }
+	w.settle(b1)
+	if at() != (mark{}) {
+		t.Fatalf("mark moved past an unhandled delivery: %+v", at())
+	}
+	w.settle(a)
+	if at() != (mark{"10", 0}) {
+		t.Fatalf("mark = %+v, want 10", at())
+	}
+	w.settle(b0)
+	if at() != (mark{"20", 2}) {
+		t.Fatalf("mark = %+v, want 20 with 2 user records handled", at())
+	}
+	w.settle(b2)
+	if at() != (mark{"20", 0}) {
+		t.Fatalf("mark = %+v, want the whole of 20", at())
 	}
 }

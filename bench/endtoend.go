@@ -265,9 +265,9 @@ type countingStore struct {
 	checkpoints atomic.Int64
 }
 
-func (c *countingStore) Checkpoint(ctx context.Context, key, owner, seq string) (bool, error) {
+func (c *countingStore) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
 	c.checkpoints.Add(1)
-	return c.Store.Checkpoint(ctx, key, owner, seq)
+	return c.Store.Checkpoint(ctx, key, owner, seq, sub)
 }
 
 // kinesubPass subscribes from the oldest record, acks every message as it arrives and closes

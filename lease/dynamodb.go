@@ -16,11 +16,12 @@ import (
 
 // Attribute names of a lease item.
 const (
-	attrKey        = "lease_key"     // S, partition key
-	attrOwner      = "lease_owner"   // S, absent while nobody holds the lease
-	attrExpiry     = "lease_expiry"  // N, milliseconds since the Unix epoch; absent when released
-	attrCounter    = "lease_counter" // N, bumped by every write: the fencing token
-	attrCheckpoint = "checkpoint"    // S
+	attrKey        = "lease_key"              // S, partition key
+	attrOwner      = "lease_owner"            // S, absent while nobody holds the lease
+	attrExpiry     = "lease_expiry"           // N, milliseconds since the Unix epoch; absent when released
+	attrCounter    = "lease_counter"          // N, bumped by every write: the fencing token
+	attrCheckpoint = "checkpoint"             // S
+	attrSubSeq     = "checkpoint_subsequence" // N, absent in items written before it existed: 0
 )
 
 // Every expression goes through these placeholders, so no attribute name can collide with a
@@ -30,6 +31,7 @@ var attrNames = map[string]string{
 	"#expiry":  attrExpiry,
 	"#counter": attrCounter,
 	"#cp":      attrCheckpoint,
+	"#sub":     attrSubSeq,
 }
 
 // dynamoAPI is the subset of *dynamodb.Client the store calls; the signatures are the SDK's,
@@ -50,7 +52,8 @@ var _ dynamoAPI = (*dynamodb.Client)(nil)
 //
 // The table has a string partition key named lease_key; EnsureTable creates it. Each item
 // holds lease_owner (absent while nobody holds the lease), lease_expiry (milliseconds since
-// the Unix epoch), lease_counter (the fencing token, bumped by every write) and checkpoint.
+// the Unix epoch), lease_counter (the fencing token, bumped by every write), checkpoint, and
+// checkpoint_subsequence (a number, Lease.SubSequence; an item without it reads as 0).
 // Every write is a single conditional UpdateItem (DeleteItem for Delete), so the store needs
 // no transactions; reads are strongly consistent.
 //
@@ -206,19 +209,20 @@ func (d *DynamoDB) Renew(ctx context.Context, key, owner string, ttl time.Durati
 }
 
 // Checkpoint implements Store. An empty sequence is an error wrapping ErrInvalidArgument.
-func (d *DynamoDB) Checkpoint(ctx context.Context, key, owner, sequence string) (bool, error) {
+func (d *DynamoDB) Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error) {
 	if err := d.check(key, owner, 0, true, false); err != nil {
 		return false, err
 	}
-	if sequence == "" {
-		return false, fmt.Errorf("%w: lease %q: empty checkpoint", ErrInvalidArgument, key)
+	if err := checkCheckpoint(key, sequence, subSequence); err != nil {
+		return false, err
 	}
 	return d.update(ctx, "checkpoint", key,
-		"SET #cp = :cp ADD #counter :one",
+		"SET #cp = :cp, #sub = :sub ADD #counter :one",
 		"#owner = :owner",
 		map[string]types.AttributeValue{
 			":owner": str(owner),
 			":cp":    str(sequence),
+			":sub":   num(subSequence),
 		})
 }
 
@@ -368,6 +372,9 @@ func decode(item map[string]types.AttributeValue) (Lease, error) {
 		return Lease{}, err
 	}
 	if l.Checkpoint, err = getString(item, attrCheckpoint); err != nil {
+		return Lease{}, err
+	}
+	if l.SubSequence, err = getNumber(item, attrSubSeq); err != nil {
 		return Lease{}, err
 	}
 	if l.Counter, err = getNumber(item, attrCounter); err != nil {

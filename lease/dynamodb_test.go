@@ -60,7 +60,7 @@ func TestDynamoDBTableNotFound(t *testing.T) {
 		{"Acquire", func() error { _, err := s.Acquire(ctx, "k", "a", time.Minute); return err }},
 		{"Steal", func() error { _, err := s.Steal(ctx, "k", "a", 1, time.Minute); return err }},
 		{"Renew", func() error { _, err := s.Renew(ctx, "k", "a", time.Minute); return err }},
-		{"Checkpoint", func() error { _, err := s.Checkpoint(ctx, "k", "a", "1"); return err }},
+		{"Checkpoint", func() error { _, err := s.Checkpoint(ctx, "k", "a", "1", 0); return err }},
 		{"Release", func() error { return s.Release(ctx, "k", "a") }},
 		{"Read", func() error { _, err := s.Read(ctx, "k"); return err }},
 		{"List", func() error { _, err := s.List(ctx); return err }},
@@ -102,7 +102,7 @@ func TestDynamoDBEmptyTableName(t *testing.T) {
 		{"Acquire", func() error { _, err := s.Acquire(ctx, "k", "a", time.Minute); return err }},
 		{"Steal", func() error { _, err := s.Steal(ctx, "k", "a", 1, time.Minute); return err }},
 		{"Renew", func() error { _, err := s.Renew(ctx, "k", "a", time.Minute); return err }},
-		{"Checkpoint", func() error { _, err := s.Checkpoint(ctx, "k", "a", "1"); return err }},
+		{"Checkpoint", func() error { _, err := s.Checkpoint(ctx, "k", "a", "1", 0); return err }},
 		{"Release", func() error { return s.Release(ctx, "k", "a") }},
 		{"Read", func() error { _, err := s.Read(ctx, "k"); return err }},
 		{"List", func() error { _, err := s.List(ctx); return err }},
@@ -194,4 +194,36 @@ func TestDynamoDBEnsureTableWrongSchema(t *testing.T) {
 	require.Error(t, err)
 	assert.ErrorContains(t, err, table)
 	assert.ErrorContains(t, err, "lease_key")
+}
+
+// TestDynamoDBItemWithoutSubSequence: an item written before checkpoints carried a sub-sequence
+// reads as sub-sequence 0 and takes checkpoints with one.
+func TestDynamoDBItemWithoutSubSequence(t *testing.T) {
+	client := testenv.DynamoDB(t)
+	s := newTable(t, client)
+	_, err := client.PutItem(timeout(t), &dynamodb.PutItemInput{
+		TableName: aws.String(s.Table()),
+		Item: map[string]types.AttributeValue{
+			"lease_key":     &types.AttributeValueMemberS{Value: "orders/shardId-000000000000"},
+			"lease_counter": &types.AttributeValueMemberN{Value: "7"},
+			"checkpoint":    &types.AttributeValueMemberS{Value: "42"},
+		},
+	})
+	require.NoError(t, err)
+	l, err := s.Read(timeout(t), "orders/shardId-000000000000")
+	require.NoError(t, err)
+	assert.Equal(t, lease.Lease{Key: "orders/shardId-000000000000", Counter: 7, Checkpoint: "42"}, l)
+
+	ok, err := s.Acquire(timeout(t), l.Key, "a", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = s.Checkpoint(timeout(t), l.Key, "a", "43", 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	out, err := client.GetItem(timeout(t), &dynamodb.GetItemInput{
+		TableName: aws.String(s.Table()), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"lease_key": &types.AttributeValueMemberS{Value: l.Key}},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, &types.AttributeValueMemberN{Value: "2"}, out.Item["checkpoint_subsequence"], "stored as a number")
 }

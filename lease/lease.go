@@ -45,6 +45,12 @@ type Lease struct {
 	// Checkpoint is the sequence number of the last handled record, ShardEnd, a position
 	// marker (TrimHorizon, AtTimestampPrefix…) or empty.
 	Checkpoint string
+	// SubSequence places the checkpoint inside a record aggregated by the Kinesis Producer
+	// Library: when positive, the user records of the aggregate Checkpoint with sub-sequence
+	// numbers below SubSequence are handled and the others are not. Zero when the whole record
+	// Checkpoint is handled (or the checkpoint is not a sequence number); leases written before
+	// sub-sequences were stored read as zero.
+	SubSequence int64
 }
 
 // Held reports whether a live owner holds the lease at instant now.
@@ -66,9 +72,11 @@ type Store interface {
 	Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error)
 	// Renew extends owner's lease to now+ttl. It returns false when owner no longer holds it.
 	Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
-	// Checkpoint records sequence as the lease's checkpoint, conditional on owner holding it.
-	// It returns false when owner no longer holds it (fenced).
-	Checkpoint(ctx context.Context, key, owner, sequence string) (bool, error)
+	// Checkpoint records sequence and subSequence (see Lease.SubSequence; 0 outside an
+	// aggregate) as the lease's checkpoint, conditional on owner holding it. It returns false
+	// when owner no longer holds it (fenced). A negative subSequence is an error wrapping
+	// ErrInvalidArgument.
+	Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error)
 	// Read returns the lease, or a zero Lease with only Key set when there is none.
 	Read(ctx context.Context, key string) (Lease, error)
 	// Release hands the lease back at once, keeping its checkpoint, when owner holds it; it

@@ -30,6 +30,17 @@ func ready(ctx context.Context, argErr error) error {
 	return ctx.Err()
 }
 
+// checkCheckpoint rejects an empty checkpoint and a negative sub-sequence.
+func checkCheckpoint(key, sequence string, subSequence int64) error {
+	switch {
+	case sequence == "":
+		return fmt.Errorf("%w: lease %q: empty checkpoint", ErrInvalidArgument, key)
+	case subSequence < 0:
+		return fmt.Errorf("%w: lease %q: sub-sequence %d is negative", ErrInvalidArgument, key, subSequence)
+	}
+	return nil
+}
+
 func checkArgs(key, owner string, ttl time.Duration, needOwner, needTTL bool) error {
 	switch {
 	case key == "":
@@ -101,12 +112,12 @@ func (m *Memory) Renew(ctx context.Context, key, owner string, ttl time.Duration
 }
 
 // Checkpoint implements Store.
-func (m *Memory) Checkpoint(ctx context.Context, key, owner, sequence string) (bool, error) {
+func (m *Memory) Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error) {
 	if err := checkArgs(key, owner, 0, true, false); err != nil {
 		return false, err
 	}
-	if sequence == "" {
-		return false, fmt.Errorf("%w: lease %q: empty checkpoint", ErrInvalidArgument, key)
+	if err := checkCheckpoint(key, sequence, subSequence); err != nil {
+		return false, err
 	}
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -117,7 +128,7 @@ func (m *Memory) Checkpoint(ctx context.Context, key, owner, sequence string) (b
 	if !ok || l.Owner != owner {
 		return false, nil
 	}
-	l.Checkpoint = sequence
+	l.Checkpoint, l.SubSequence = sequence, subSequence
 	l.Counter++
 	return true, nil
 }

@@ -62,6 +62,7 @@ func Run(t *testing.T, newStore func(t *testing.T) lease.Store) {
 		{"DeleteFencesHolder", testDeleteFencesHolder},
 		{"DeletedLeaseStartsAfresh", testDeletedLeaseStartsAfresh},
 		{"InvalidArguments", testInvalidArguments},
+		{"SubSequenceRoundTrips", testSubSequence},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.test(t, newStore(t))
@@ -103,7 +104,7 @@ func renew(t *testing.T, s lease.Store, key, owner string, ttl time.Duration) bo
 
 func checkpoint(t *testing.T, s lease.Store, key, owner, seq string) bool {
 	t.Helper()
-	ok, err := s.Checkpoint(ctx(t), key, owner, seq)
+	ok, err := s.Checkpoint(ctx(t), key, owner, seq, 0)
 	require.NoError(t, err, "Checkpoint(%q, %q, %q)", key, owner, seq)
 	return ok
 }
@@ -482,9 +483,10 @@ func testInvalidArguments(t *testing.T, s lease.Store) {
 		{"Renew empty key", func() error { return boolCall(s.Renew(c, "", "a", long)) }},
 		{"Renew empty owner", func() error { return boolCall(s.Renew(c, k, "", long)) }},
 		{"Renew negative ttl", func() error { return boolCall(s.Renew(c, k, "a", -time.Second)) }},
-		{"Checkpoint empty key", func() error { return boolCall(s.Checkpoint(c, "", "a", "1")) }},
-		{"Checkpoint empty owner", func() error { return boolCall(s.Checkpoint(c, k, "", "1")) }},
-		{"Checkpoint empty sequence", func() error { return boolCall(s.Checkpoint(c, k, "a", "")) }},
+		{"Checkpoint empty key", func() error { return boolCall(s.Checkpoint(c, "", "a", "1", 0)) }},
+		{"Checkpoint empty owner", func() error { return boolCall(s.Checkpoint(c, k, "", "1", 0)) }},
+		{"Checkpoint empty sequence", func() error { return boolCall(s.Checkpoint(c, k, "a", "", 0)) }},
+		{"Checkpoint negative sub-sequence", func() error { return boolCall(s.Checkpoint(c, k, "a", "1", -1)) }},
 		{"Release empty key", func() error { return s.Release(c, "", "a") }},
 		{"Release empty owner", func() error { return s.Release(c, k, "") }},
 		{"Read empty key", func() error { _, err := s.Read(c, ""); return err }},
@@ -497,7 +499,8 @@ func testInvalidArguments(t *testing.T, s lease.Store) {
 	// A rejected call writes nothing, so the lease is still free.
 	require.True(t, acquire(t, s, k, "a", long))
 	assert.Equal(t, int64(1), read(t, s, k).Counter, "counter after invalid calls and one Acquire")
-	assert.ErrorIs(t, boolCall(s.Checkpoint(c, k, "a", "")), lease.ErrInvalidArgument, "Checkpoint empty sequence by the owner")
+	assert.ErrorIs(t, boolCall(s.Checkpoint(c, k, "a", "", 0)), lease.ErrInvalidArgument, "Checkpoint empty sequence by the owner")
+	assert.ErrorIs(t, boolCall(s.Checkpoint(c, k, "a", "1", -1)), lease.ErrInvalidArgument, "Checkpoint negative sub-sequence by the owner")
 	assert.ErrorIs(t, boolCall(s.Renew(c, k, "a", 0)), lease.ErrInvalidArgument, "Renew zero ttl by the owner")
 	assert.Equal(t, int64(1), read(t, s, k).Counter, "counter after invalid calls by the owner")
 }

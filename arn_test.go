@@ -1,0 +1,192 @@
+package kinesub
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/internal/testenv"
+	"github.com/gostream/kinesub/lease"
+)
+
+func TestParseStream(t *testing.T) {
+	for _, tc := range []struct {
+		in, name, arn string
+	}{
+		{"orders", "orders", ""},
+		{"a.b_c-1", "a.b_c-1", ""},
+		{"arn:aws:kinesis:eu-west-1:123456789012:stream/orders", "orders", "arn:aws:kinesis:eu-west-1:123456789012:stream/orders"},
+		{"arn:aws-cn:kinesis:cn-north-1:123456789012:stream/o.r-d_1", "o.r-d_1", "arn:aws-cn:kinesis:cn-north-1:123456789012:stream/o.r-d_1"},
+		{"arn:aws-us-gov:kinesis:us-gov-west-1:000000000000:stream/x", "x", "arn:aws-us-gov:kinesis:us-gov-west-1:000000000000:stream/x"},
+	} {
+		ref, err := parseStream("Subscribe", tc.in)
+		require.NoError(t, err, tc.in)
+		require.Equal(t, streamRef{name: tc.name, arn: tc.arn}, ref, tc.in)
+	}
+	for _, bad := range []string{
+		"", "has space", "slash/inside", strings.Repeat("s", 129),
+		"arn:aws:kinesis:eu-west-1:123456789012:stream/",                    // no name
+		"arn:aws:kinesis:eu-west-1:123456789012:stream/has space",           // bad name
+		"arn:aws:kinesis:eu-west-1:123456789012:stream/a/b",                 // bad name
+		"arn:aws:kinesis:eu-west-1:12345678901:stream/orders",               // 11-digit account
+		"arn:aws:kinesis:eu-west-1:12345678901x:stream/orders",              // account not digits
+		"arn:aws:kinesis::123456789012:stream/orders",                       // no region
+		"arn:aws:sqs:eu-west-1:123456789012:stream/orders",                  // another service
+		"arn:aws:kinesis:eu-west-1:123456789012:deliverystream/orders",      // not a stream
+		"arn:aws:kinesis:eu-west-1:123456789012:stream/orders/consumer/c:1", // a consumer
+		"arn:other:kinesis:eu-west-1:123456789012:stream/orders",            // no such partition
+		"arn:aws:kinesis:eu-west-1:123456789012",                            // too few parts
+		"arn:aws:kinesis:eu-west-1:123456789012:stream/" + strings.Repeat("s", 129),
+	} {
+		_, err := parseStream("Subscribe", bad)
+		require.ErrorIs(t, err, ErrInvalidOption, "%q", bad)
+		require.Contains(t, err.Error(), "Subscribe stream(", "%q", bad)
+	}
+}
+
+// arnChecker stands in front of a fake stream and records every call that does not name the
+// stream by the expected ARN (and, where the call takes one, its name).
+type arnChecker struct {
+	*fakeStream
+	arn   string
+	mu    sync.Mutex
+	calls map[string]int
+	bad   []string
+	puts  []string // partition keys written
+}
+
+func (a *arnChecker) check(op string, name, arn *string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls[op]++
+	if aws.ToString(arn) != a.arn || (name != nil && aws.ToString(name) != a.fakeStream.stream) {
+		a.bad = append(a.bad, fmt.Sprintf("%s(StreamName %q, StreamARN %q)", op, aws.ToString(name), aws.ToString(arn)))
+	}
+}
+
+func (a *arnChecker) ListShards(ctx context.Context, in *kinesis.ListShardsInput, o ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
+	a.check("ListShards", in.StreamName, in.StreamARN)
+	return a.fakeStream.ListShards(ctx, in, o...)
+}
+
+func (a *arnChecker) GetShardIterator(ctx context.Context, in *kinesis.GetShardIteratorInput, o ...func(*kinesis.Options)) (*kinesis.GetShardIteratorOutput, error) {
+	a.check("GetShardIterator", in.StreamName, in.StreamARN)
+	return a.fakeStream.GetShardIterator(ctx, in, o...)
+}
+
+func (a *arnChecker) GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, o ...func(*kinesis.Options)) (*kinesis.GetRecordsOutput, error) {
+	a.check("GetRecords", nil, in.StreamARN)
+	return a.fakeStream.GetRecords(ctx, in, o...)
+}
+
+func (a *arnChecker) DescribeStreamSummary(ctx context.Context, in *kinesis.DescribeStreamSummaryInput, o ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error) {
+	a.check("DescribeStreamSummary", in.StreamName, in.StreamARN)
+	return a.fakeStream.DescribeStreamSummary(ctx, in, o...)
+}
+
+func (a *arnChecker) PutRecord(_ context.Context, in *kinesis.PutRecordInput, _ ...func(*kinesis.Options)) (*kinesis.PutRecordOutput, error) {
+	a.check("PutRecord", in.StreamName, in.StreamARN)
+	a.mu.Lock()
+	a.puts = append(a.puts, aws.ToString(in.PartitionKey))
+	a.mu.Unlock()
+	return &kinesis.PutRecordOutput{SequenceNumber: aws.String("1"), ShardId: aws.String("shardId-000000000000")}, nil
+}
+
+func (a *arnChecker) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, _ ...func(*kinesis.Options)) (*kinesis.PutRecordsOutput, error) {
+	a.check("PutRecords", in.StreamName, in.StreamARN)
+	out := &kinesis.PutRecordsOutput{}
+	a.mu.Lock()
+	for _, r := range in.Records {
+		a.puts = append(a.puts, aws.ToString(r.PartitionKey))
+		out.Records = append(out.Records, types.PutRecordsResultEntry{SequenceNumber: aws.String("1"), ShardId: aws.String("shardId-000000000000")})
+	}
+	a.mu.Unlock()
+	return out, nil
+}
+
+// TestStreamARNOnEveryCall: a subscriber and a publisher given a stream ARN pass it as StreamARN
+// on every call, and the subscriber keys its leases by the stream's name.
+func TestStreamARNOnEveryCall(t *testing.T) {
+	const arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/orders"
+	f := newFakeStream("orders", 2)
+	f.add(0, time.Time{}, "a", "b")
+	f.add(1, time.Time{}, "c")
+	c := &arnChecker{fakeStream: f, arn: arn, calls: map[string]int{}}
+	store := lease.NewMemory()
+	sub, err := subscribe(context.Background(), c, arn, fakeOpts(WithLeaseStore(store), WithStartAt(Horizon()))...)
+	require.NoError(t, err)
+	require.Equal(t, "orders", sub.StreamName())
+	got := recv(t, sub, 3, true)
+	require.ElementsMatch(t, []string{"a", "b", "c"}, payloads(got))
+	// A seek opens the shard by ARN too.
+	require.NoError(t, sub.Seeker().Seek(context.Background(), got[0].Position()))
+	recv(t, sub, 1, true)
+	require.NoError(t, sub.Commit(context.Background()))
+	require.NoError(t, sub.Close(context.Background()))
+
+	leases, err := store.List(context.Background())
+	require.NoError(t, err)
+	for _, l := range leases {
+		require.True(t, strings.HasPrefix(l.Key, "orders/"), "lease key %q is not keyed by the stream's name", l.Key)
+	}
+	require.NotEmpty(t, readLease(t, store, "orders", got[0].ShardID()).Checkpoint)
+
+	p, err := newPublisher(c, arn)
+	require.NoError(t, err)
+	_, err = p.Publish(context.Background(), "k1", []byte("x"), nil)
+	require.NoError(t, err)
+	require.NoError(t, p.PublishBatch(context.Background(), []Record{{PartitionKey: "k2", Data: []byte("y")}}))
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	require.Empty(t, c.bad, "calls without the stream's ARN")
+	for _, op := range []string{"DescribeStreamSummary", "ListShards", "GetShardIterator", "GetRecords", "PutRecord", "PutRecords"} {
+		require.Positive(t, c.calls[op], "no %s call seen", op)
+	}
+	require.Equal(t, []string{"k1", "k2"}, c.puts)
+}
+
+// TestStreamARNSharesLeases: instances of one stream configured by name and by ARN share one set
+// of leases, so the second resumes after what the first acknowledged. kinesalite does not take
+// StreamARN without StreamName; kinesub sends both, which the service accepts, and which lets
+// this run against the emulator.
+func TestStreamARNSharesLeases(t *testing.T) {
+	s := newStream(t, 1)
+	out, err := s.c.DescribeStreamSummary(context.Background(), &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(s.name)})
+	require.NoError(t, err)
+	arn := aws.ToString(out.StreamDescriptionSummary.StreamARN)
+	require.True(t, strings.HasPrefix(arn, "arn:aws:kinesis:"), arn)
+
+	pub, err := NewPublisher(s.c, arn)
+	require.NoError(t, err)
+	for i := range 6 {
+		_, err := pub.Publish(context.Background(), "k", []byte(fmt.Sprint(i)), nil)
+		require.NoError(t, err)
+	}
+	store := lease.NewDynamoDB(testenv.DynamoDB(t), testenv.Name(t))
+	require.NoError(t, store.EnsureTable(context.Background()))
+	byName, err := Subscribe(context.Background(), s.c, s.name, testOpts(store, WithInitialPosition(Horizon()))...)
+	require.NoError(t, err)
+	require.Equal(t, []string{"0", "1", "2"}, payloads(recv(t, byName, 3, true)))
+	require.NoError(t, byName.Close(context.Background()))
+
+	byARN, err := Subscribe(context.Background(), s.c, arn, testOpts(store, WithInitialPosition(Horizon()))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = byARN.Close(context.Background()) })
+	require.Equal(t, []string{"3", "4", "5"}, payloads(recv(t, byARN, 3, true)))
+	require.NoError(t, byARN.Commit(context.Background()))
+	leases, err := store.List(context.Background())
+	require.NoError(t, err)
+	for _, l := range leases {
+		require.True(t, strings.HasPrefix(l.Key, s.name+"/"), "lease key %q", l.Key)
+	}
+	none(t, byARN)
+}
