@@ -32,6 +32,7 @@ func (s *Subscriber) dispatch() {
 		m.shard.handedOut.Add(1)
 		select {
 		case s.out <- m:
+			s.metrics.consumed(m)
 			page = page[1:]
 		case ack := <-s.fence:
 			// The loop re-checks the gate before the next send.

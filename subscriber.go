@@ -24,11 +24,12 @@ const (
 // Subscriber reads every shard of one stream that it holds a lease for and delivers the
 // records on Messages. Create one with Subscribe; it is safe for concurrent use.
 type Subscriber struct {
-	cfg    config
-	client kinesisiface.Kinesis
-	stream string
-	log    *slog.Logger
-	seeker *Seeker
+	cfg     config
+	client  kinesisiface.Kinesis
+	stream  string
+	log     *slog.Logger
+	seeker  *Seeker
+	metrics *metrics
 
 	in    chan []Message     // readers → dispatcher, a page at a time
 	out   chan *Message      // dispatcher → consumer
@@ -95,7 +96,14 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	m, err := newMetrics(cfg.meterProvider, stream)
+	if err != nil {
+		return nil, err
+	}
+	client = meteredKinesis{k: client, r: m.req}
+	cfg.store = meteredStore{s: cfg.store, m: m, prefix: stream + "/"}
 	s := &Subscriber{
+		metrics:      m,
 		cfg:          cfg,
 		client:       client,
 		stream:       stream,
@@ -123,6 +131,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if cfg.startAt != nil {
 		s.epoch++
 		s.installed = &install{pos: *cfg.startAt, epoch: s.epoch, known: map[string]bool{}}
+	}
+	if err := m.observe(s.heldWorkers); err != nil {
+		return nil, err
 	}
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
 	s.bgCtx, s.stopBg = context.WithCancel(context.Background())
@@ -357,6 +368,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	close(s.errs)
 	s.errMu.Unlock()
 	s.closeErr = errors.Join(errs...)
+	s.metrics.stop()
 	close(s.done)
 }
 

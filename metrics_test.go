@@ -1,0 +1,296 @@
+package kinesub
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/gostream/kinesub/internal/faultproxy"
+	"github.com/gostream/kinesub/internal/testenv"
+	"github.com/gostream/kinesub/lease"
+)
+
+// meters is an OpenTelemetry SDK provider with a manual reader: what an application that
+// exports kinesub's metrics would see, collected on demand.
+type meters struct {
+	t        *testing.T
+	provider *sdkmetric.MeterProvider
+	reader   *sdkmetric.ManualReader
+}
+
+func newMeters(t *testing.T) *meters {
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	return &meters{t: t, provider: mp, reader: r}
+}
+
+// point is one data point of a collected metric: its attributes and its value (a histogram's
+// count).
+type point struct {
+	attrs map[string]string
+	value float64
+}
+
+// collect returns the data points of the metric called name, and its unit.
+func (m *meters) collect(name string) ([]point, string) {
+	m.t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(m.t, m.reader.Collect(context.Background(), &rm))
+	var pts []point
+	unit := ""
+	attrs := func(s attribute.Set) map[string]string {
+		out := map[string]string{}
+		for _, kv := range s.ToSlice() {
+			out[string(kv.Key)] = kv.Value.Emit()
+		}
+		return out
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, md := range sm.Metrics {
+			if md.Name != name {
+				continue
+			}
+			unit = md.Unit
+			switch d := md.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					pts = append(pts, point{attrs(p.Attributes), float64(p.Value)})
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					pts = append(pts, point{attrs(p.Attributes), float64(p.Value)})
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					pts = append(pts, point{attrs(p.Attributes), float64(p.Count)})
+				}
+			default:
+				m.t.Fatalf("metric %s: unexpected data %T", name, md.Data)
+			}
+		}
+	}
+	return pts, unit
+}
+
+// sum adds up the points of metric name whose attributes include every pair of match.
+func (m *meters) sum(name string, match ...string) float64 {
+	m.t.Helper()
+	pts, _ := m.collect(name)
+	total := 0.0
+	for _, p := range pts {
+		if matches(p.attrs, match) {
+			total += p.value
+		}
+	}
+	return total
+}
+
+// byShard returns the points of metric name whose attributes include match, by shard id.
+func (m *meters) byShard(name string, match ...string) map[string]float64 {
+	m.t.Helper()
+	pts, _ := m.collect(name)
+	out := map[string]float64{}
+	for _, p := range pts {
+		if matches(p.attrs, match) {
+			out[p.attrs[string(attrShard)]] += p.value
+		}
+	}
+	return out
+}
+
+func matches(attrs map[string]string, match []string) bool {
+	for i := 0; i+1 < len(match); i += 2 {
+		if attrs[match[i]] != match[i+1] {
+			return false
+		}
+	}
+	return true
+}
+
+func keys(m map[string]float64) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestMetricsConsumeAndAck publishes and consumes 500 records on two shards with one meter
+// provider, and checks what an operator's dashboard would show: every record sent, delivered
+// and acked once, both leases held, the lag of both shards, checkpoints written, the calls
+// made, and both leases released at Close.
+func TestMetricsConsumeAndAck(t *testing.T) {
+	done := noLeaks(t)
+	const records = 500
+	mt := newMeters(t)
+	s := newStream(t, 2)
+	pub, err := NewPublisher(s.c, s.name, WithPublishMeterProvider(mt.provider))
+	require.NoError(t, err)
+	recs := make([]Record, records)
+	for i := range recs {
+		recs[i] = Record{PartitionKey: "key-" + string(rune('a'+i%8)), Data: []byte("payload")}
+	}
+	require.NoError(t, pub.PublishBatch(context.Background(), recs))
+	require.EqualValues(t, records, mt.sum("messaging.client.sent.messages", string(attrDestination), s.name))
+	require.Zero(t, mt.sum("kinesub.publish.failures"))
+	require.Positive(t, mt.sum("kinesub.requests", string(attrOperation), "PutRecords", string(attrOutcome), outcomeOK))
+
+	sub, err := Subscribe(context.Background(), s.c, s.name,
+		testOpts(lease.NewMemory(), WithStartAt(Horizon()), WithMeterProvider(mt.provider))...)
+	require.NoError(t, err)
+	got := recv(t, sub, records, true)
+	require.Len(t, got, records)
+	require.NoError(t, sub.Commit(context.Background()))
+
+	shards := s.shardIDs()
+	sort.Strings(shards)
+	base := []string{string(attrSystem), systemKinesis, string(attrDestination), s.name}
+	eventually(t, 30*time.Second, "all consumed", func() bool {
+		return mt.sum("messaging.client.consumed.messages", base...) == records
+	})
+	require.EqualValues(t, records, mt.sum("kinesub.records.acked", base...))
+	require.Zero(t, mt.sum("kinesub.records.nacked"))
+	require.Equal(t, shards, keys(mt.byShard("messaging.client.consumed.messages")), "records of both shards consumed")
+	require.EqualValues(t, 2, mt.sum("kinesub.leases.held", base...))
+	behind := mt.byShard("kinesub.shard.millis_behind_latest", base...)
+	require.Equal(t, shards, keys(behind), "lag reported for both shards")
+	pts, unit := mt.collect("kinesub.shard.millis_behind_latest")
+	require.Equal(t, "ms", unit)
+	for _, p := range pts {
+		require.GreaterOrEqual(t, p.value, 0.0)
+	}
+	require.Zero(t, mt.sum("kinesub.in_flight", base...), "everything acked")
+	require.GreaterOrEqual(t, mt.sum("kinesub.checkpoint.writes", string(attrResult), "ok"), 1.0)
+	require.Zero(t, mt.sum("kinesub.checkpoint.writes", string(attrResult), "fenced"))
+	timed := mt.sum("kinesub.message.settle.duration", base...)
+	require.Positive(t, timed)
+	require.LessOrEqual(t, timed, float64(records))
+	for _, op := range []string{"DescribeStreamSummary", "ListShards", "GetShardIterator", "GetRecords", "lease.Acquire", "lease.List", "lease.Checkpoint"} {
+		require.Positive(t, mt.sum("kinesub.requests", string(attrOperation), op, string(attrOutcome), outcomeOK), op)
+		require.Positive(t, mt.sum("kinesub.request.duration", string(attrOperation), op), op)
+	}
+	require.Zero(t, mt.sum("kinesub.requests", string(attrOutcome), outcomeThrottled))
+	require.EqualValues(t, 2, mt.sum("kinesub.lease.transitions", string(attrTransition), transAcquired))
+
+	require.NoError(t, sub.Close(context.Background()))
+	require.Equal(t, map[string]float64{shards[0]: 1, shards[1]: 1},
+		mt.byShard("kinesub.lease.transitions", string(attrTransition), transReleased), "both leases released at Close")
+	require.Zero(t, mt.sum("kinesub.leases.held"), "a closed subscriber reports no held lease")
+	pts, _ = mt.collect("messaging.client.consumed.messages")
+	require.Empty(t, pts, "a closed subscriber's observed counters are no longer reported")
+	require.EqualValues(t, records, mt.sum("messaging.client.sent.messages"), "the publisher's are")
+	done()
+}
+
+// TestMetricsThrottledRequests throttles about half of the GetRecords calls at a proxy in
+// front of Kinesis: every throttle the proxy answered is counted as a throttled GetRecords
+// request, and every call it forwarded as an ok one.
+func TestMetricsThrottledRequests(t *testing.T) {
+	mt := newMeters(t)
+	s := newStream(t, 2)
+	s.publish(400, 8)
+	kp := newFaultProxy(t, testenv.KinesisEndpointVar, faultproxy.Plan{
+		Seed:   7,
+		Rate:   0.5,
+		Ops:    []string{targetGetRecords},
+		Faults: []faultproxy.Fault{{Kind: faultproxy.Throttle, Weight: 1}},
+	})
+	sub, err := Subscribe(context.Background(), kinesisThrough(t, kp), s.name,
+		testOpts(lease.NewMemory(), WithStartAt(Horizon()), WithBatchSize(50), WithMeterProvider(mt.provider))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close(context.Background()) })
+	var oc orderChecker
+	require.Equal(t, 400, consume(t, sub, &oc, s.expected(), 2*time.Minute))
+	require.NoError(t, sub.Close(context.Background()))
+
+	stats := kp.Stats()
+	faulted := stats["Throttle/"+targetGetRecords]
+	forwarded := stats[faultproxy.StatForwarded+"/"+targetGetRecords]
+	require.Positive(t, faulted)
+	op := []string{string(attrOperation), "GetRecords", string(attrOutcome)}
+	require.EqualValues(t, faulted, mt.sum("kinesub.requests", append(op, outcomeThrottled)...))
+	require.EqualValues(t, forwarded, mt.sum("kinesub.requests", append(op, outcomeOK)...))
+	require.EqualValues(t, faulted, mt.sum("kinesub.request.duration", append(op, outcomeThrottled)...))
+	require.Zero(t, mt.sum("kinesub.requests", append(op, outcomeError)...))
+}
+
+// hiddenBeats is a lease store whose List leaves out heartbeat rows, so that a subscriber
+// holding every shard is not known to be live and a newcomer steals from it for balance
+// rather than waiting for it to hand a shard back.
+type hiddenBeats struct{ lease.Store }
+
+func (h hiddenBeats) List(ctx context.Context) ([]lease.Lease, error) {
+	all, err := h.Store.List(ctx)
+	var out []lease.Lease
+	for _, l := range all {
+		if !strings.Contains(l.Key, "/"+ownerRowPrefix) {
+			out = append(out, l)
+		}
+	}
+	return out, err
+}
+
+// TestMetricsStolenAndLost has a second subscriber steal a lease from the first: the thief
+// counts the shard as stolen, its previous owner as lost, and each holds one lease.
+func TestMetricsStolenAndLost(t *testing.T) {
+	f := newFakeStream("metrics-steal", 2)
+	store := hiddenBeats{lease.NewMemory()}
+	ma, mb := newMeters(t), newMeters(t)
+	subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithMeterProvider(ma.provider))...)
+	eventually(t, 30*time.Second, "a holds both shards", func() bool { return ma.sum("kinesub.leases.held") == 2 })
+
+	subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("b"), WithMeterProvider(mb.provider),
+		WithBalanceInterval(20*time.Millisecond))...)
+	eventually(t, 30*time.Second, "b steals a shard and a loses it", func() bool {
+		return mb.sum("kinesub.lease.transitions", string(attrTransition), transStolen) >= 1 &&
+			ma.sum("kinesub.lease.transitions", string(attrTransition), transLost) >= 1
+	})
+	stolen := mb.byShard("kinesub.lease.transitions", string(attrTransition), transStolen)
+	lost := ma.byShard("kinesub.lease.transitions", string(attrTransition), transLost)
+	require.Equal(t, keys(stolen), keys(lost), "the shard b stole is the one a lost")
+	require.Len(t, stolen, 1)
+	require.Zero(t, mb.sum("kinesub.lease.transitions", string(attrTransition), transAcquired), "b took nothing free")
+	eventually(t, 30*time.Second, "one lease each", func() bool {
+		return ma.sum("kinesub.leases.held") == 1 && mb.sum("kinesub.leases.held") == 1
+	})
+}
+
+// TestMetricsNacks counts Nacks by requeue, on a fake stream.
+func TestMetricsNacks(t *testing.T) {
+	f := newFakeStream("metrics-nack", 1)
+	f.add(0, time.Now(), "a", "b", "c", "d")
+	mt := newMeters(t)
+	sub := subscribeFake(t, f, fakeOpts(WithStartAt(Horizon()), WithMeterProvider(mt.provider))...)
+	got := recv(t, sub, 4, false)
+	require.NoError(t, got[0].Ack(context.Background()))
+	require.NoError(t, got[1].Nack(context.Background(), false))
+	require.NoError(t, got[2].Nack(context.Background(), true))
+	require.NoError(t, got[3].Nack(context.Background(), true))
+	require.ErrorIs(t, got[3].Ack(context.Background()), ErrAlreadySettled)
+	// The dispatcher counts a record once its hand-off returns, which may be after the
+	// consumer received it.
+	eventually(t, 30*time.Second, "4 consumed", func() bool { return mt.sum("messaging.client.consumed.messages") == 4 })
+	require.EqualValues(t, 1, mt.sum("kinesub.records.acked"))
+	require.EqualValues(t, 1, mt.sum("kinesub.records.nacked", string(attrRequeue), "false"))
+	require.EqualValues(t, 2, mt.sum("kinesub.records.nacked", string(attrRequeue), "true"))
+	require.EqualValues(t, 2, mt.sum("kinesub.in_flight"), "a requeued record stays unsettled")
+}
+
+// TestMeterProviderOptionRejectsNil checks that a nil provider is refused before any I/O.
+func TestMeterProviderOptionRejectsNil(t *testing.T) {
+	_, err := subscribe(context.Background(), newFakeStream("s", 1), "s", WithMeterProvider(nil))
+	require.ErrorIs(t, err, ErrInvalidOption)
+	require.ErrorContains(t, err, "WithMeterProvider")
+	_, err = newPublisher(newFakeStream("s", 1), "s", WithPublishMeterProvider(nil))
+	require.ErrorIs(t, err, ErrInvalidOption)
+	require.ErrorContains(t, err, "WithPublishMeterProvider")
+}
