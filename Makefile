@@ -18,9 +18,12 @@ define with-emulators
 	$(1)
 endef
 
-.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet
+.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet vet-examples
 
-test:
+# The examples are a module of their own (examples/go.mod), so that what they need (the
+# OpenTelemetry SDK, a Prometheus exporter) stays out of the library's go.mod; vet-examples
+# checks that they still build against the library in this tree.
+test: vet-examples
 	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./...)
 
 # stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes
@@ -41,7 +44,7 @@ unit:
 	$(GO) test -race -count=1 ./...
 
 demo:
-	$(call with-emulators, $(GO) run ./examples/demo)
+	$(call with-emulators, (cd examples && $(GO) run ./demo))
 
 # chaos kill -9s consumer processes while they read, then checks from their logs that no record
 # was lost and every duplicate is explained (cmd/chaos). `make test` runs it too, as TestChaos.
@@ -64,5 +67,8 @@ emulators-down:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-vet:
+vet: vet-examples
 	$(GO) vet ./...
+
+vet-examples:
+	cd examples && $(GO) vet ./... && $(GO) build ./...
