@@ -174,6 +174,8 @@ func inProcessFigures() error {
 	}
 	fmt.Printf("  deliver + ack ÷ unbuffered channel (Messages() is unbuffered)  %5.2f×  goal ≤ 2×: %s\n", ratio(co, unbuf), verdict(ratio(co, unbuf) <= 2))
 	fmt.Printf("  deliver + ack ÷ buffered channel                               %5.2f×\n", ratio(co, buf))
+	mo := "BenchmarkDeliverAck/coalesced-metered"
+	fmt.Printf("  deliver + ack with an SDK MeterProvider and reader ÷ without   %5.2f×  goal ≤ 1.03: %s\n", ratio(mo, co), verdict(ratio(mo, co) <= 1.03))
 	cw, ew := med(co, "writes/10k-acks"), med(ea, "writes/10k-acks")
 	fmt.Printf("  checkpoint writes per 10,000 acks: coalesced (5s) %.3f (only Close's final flush, one per shard), every advance %.0f: coalesced ÷ every advance %.1e\n",
 		cw, ew, cw/ew)
