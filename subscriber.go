@@ -24,12 +24,13 @@ const (
 // Subscriber reads every shard of one stream that it holds a lease for and delivers the
 // records on Messages. Create one with Subscribe; it is safe for concurrent use.
 type Subscriber struct {
-	cfg     config
-	client  kinesisiface.Kinesis
-	stream  string
-	log     *slog.Logger
-	seeker  *Seeker
-	metrics *metrics
+	cfg    config
+	client kinesisiface.Kinesis
+	stream string
+	log    *slog.Logger
+	seeker *Seeker
+
+	metrics *metrics // OpenTelemetry instruments (metrics.go)
 
 	in    chan []Message     // readers → dispatcher, a page at a time
 	out   chan *Message      // dispatcher → consumer
