@@ -2,11 +2,14 @@ package kinesub
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -298,4 +301,73 @@ func TestMeterProviderOptionRejectsNil(t *testing.T) {
 	_, err = newPublisher(newFakeStream("s", 1), "s", WithPublishMeterProvider(nil))
 	require.ErrorIs(t, err, ErrInvalidOption)
 	require.ErrorContains(t, err, "WithPublishMeterProvider")
+}
+
+// TestMetricsOutcome classifies errors as a request's outcome: the throttling exceptions of
+// Kinesis and DynamoDB, however wrapped, are "throttled".
+func TestMetricsOutcome(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, outcomeOK},
+		{&types.ProvisionedThroughputExceededException{}, outcomeThrottled},
+		{fmt.Errorf("GetRecords: %w", &types.LimitExceededException{}), outcomeThrottled},
+		{&types.KMSThrottlingException{}, outcomeThrottled},
+		{fmt.Errorf("lease: renew: %w", &ddbtypes.ProvisionedThroughputExceededException{}), outcomeThrottled},
+		{&ddbtypes.RequestLimitExceeded{}, outcomeThrottled},
+		{&ddbtypes.ThrottlingException{}, outcomeThrottled},
+		{&types.ExpiredIteratorException{}, outcomeError},
+		{&ddbtypes.ConditionalCheckFailedException{}, outcomeError},
+		{context.DeadlineExceeded, outcomeError},
+	} {
+		require.Equal(t, tc.want, outcome(tc.err), "%T %v", tc.err, tc.err)
+	}
+}
+
+// TestMetricsCheckpointResults counts checkpoint writes through the metered store by result,
+// and every store call by operation.
+func TestMetricsCheckpointResults(t *testing.T) {
+	mt := newMeters(t)
+	m, err := newMetrics(mt.provider, "s")
+	require.NoError(t, err)
+	store := meteredStore{s: lease.NewMemory(), m: m, prefix: "s/"}
+	ctx := context.Background()
+	ok, err := store.Acquire(ctx, "s/shard-1", "a", time.Minute)
+	require.True(t, ok)
+	require.NoError(t, err)
+	ok, err = store.Checkpoint(ctx, "s/shard-1", "a", "1")
+	require.True(t, ok)
+	require.NoError(t, err)
+	ok, err = store.Checkpoint(ctx, "s/shard-1", "b", "2")
+	require.False(t, ok)
+	require.NoError(t, err)
+	_, err = store.Checkpoint(ctx, "s/shard-1", "a", "")
+	require.ErrorIs(t, err, lease.ErrInvalidArgument)
+
+	for result, want := range map[string]float64{"ok": 1, "fenced": 1, "error": 1} {
+		require.Equal(t, map[string]float64{"shard-1": want},
+			mt.byShard("kinesub.checkpoint.writes", string(attrResult), result, string(attrDestination), "s"), result)
+	}
+	require.EqualValues(t, 1, mt.sum("kinesub.requests", string(attrOperation), "lease.Acquire", string(attrOutcome), outcomeOK))
+	require.EqualValues(t, 2, mt.sum("kinesub.requests", string(attrOperation), "lease.Checkpoint", string(attrOutcome), outcomeOK),
+		"a fenced write is a call that worked")
+	require.EqualValues(t, 1, mt.sum("kinesub.requests", string(attrOperation), "lease.Checkpoint", string(attrOutcome), outcomeError))
+}
+
+// TestMetricsPublishFailures counts the records a Publisher could not write.
+func TestMetricsPublishFailures(t *testing.T) {
+	mt := newMeters(t)
+	f := newFakeStream("s", 1) // refuses every put
+	pub, err := newPublisher(f, "s", WithPublishMeterProvider(mt.provider))
+	require.NoError(t, err)
+	_, err = pub.Publish(context.Background(), "k", []byte("x"), nil)
+	require.Error(t, err)
+	err = pub.PublishBatch(context.Background(), []Record{{PartitionKey: "k", Data: []byte("a")}, {PartitionKey: "k", Data: []byte("b")}})
+	var perr *PublishError
+	require.ErrorAs(t, err, &perr)
+	require.EqualValues(t, 3, mt.sum("kinesub.publish.failures", string(attrDestination), "s"))
+	require.Zero(t, mt.sum("messaging.client.sent.messages"))
+	require.EqualValues(t, 1, mt.sum("kinesub.requests", string(attrOperation), "PutRecord", string(attrOutcome), outcomeError))
+	require.EqualValues(t, 1, mt.sum("kinesub.requests", string(attrOperation), "PutRecords", string(attrOutcome), outcomeError))
 }
