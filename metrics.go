@@ -79,14 +79,13 @@ type requestMetrics struct {
 
 func newRequestMetrics(meter metric.Meter, stream string) (*requestMetrics, error) {
 	r := &requestMetrics{stream: attrDestination.String(stream), sets: map[[2]string]metric.MeasurementOption{}}
-	var err, e error
-	r.requests, e = meter.Int64Counter("kinesub.requests", metric.WithUnit("{request}"),
+	var errRequests, errDuration error
+	r.requests, errRequests = meter.Int64Counter("kinesub.requests", metric.WithUnit("{request}"),
 		metric.WithDescription("Calls made to Kinesis and to the lease store, by operation and outcome."))
-	err = errors.Join(err, e)
-	r.duration, e = meter.Float64Histogram("kinesub.request.duration", metric.WithUnit("s"),
+	r.duration, errDuration = meter.Float64Histogram("kinesub.request.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of the calls made to Kinesis and to the lease store."),
 		metric.WithExplicitBucketBoundaries(durationBuckets...))
-	return r, errors.Join(err, e)
+	return r, errors.Join(errRequests, errDuration)
 }
 
 // record counts one call of op that started at start and returned err.
