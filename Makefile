@@ -18,10 +18,14 @@ define with-emulators
 	$(1)
 endef
 
-.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet
+.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet vet-modules
 
-test:
-	$(call with-emulators, $(GO) vet ./... && (cd bench && $(GO) vet ./...) && $(GO) test -race -count=1 -timeout 12m ./...)
+# The examples and the benchmark command are modules of their own (examples/go.mod,
+# bench/go.mod), so that what they need (the OpenTelemetry SDK, a Prometheus exporter, the peer
+# consumer) stays out of the library's go.mod; vet-modules checks that they still build against
+# the library in this tree.
+test: vet-modules
+	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./...)
 
 # stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes
 # spin on the CPU beside it (as many as there are CPUs by default), and every test runs twice,
@@ -41,7 +45,7 @@ unit:
 	$(GO) test -race -count=1 ./...
 
 demo:
-	$(call with-emulators, $(GO) run ./examples/demo)
+	$(call with-emulators, (cd examples && $(GO) run ./demo))
 
 # chaos kill -9s consumer processes while they read, then checks from their logs that no record
 # was lost and every duplicate is explained (cmd/chaos). `make test` runs it too, as TestChaos.
@@ -66,5 +70,9 @@ emulators-down:
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-vet:
+vet: vet-modules
 	$(GO) vet ./...
+
+vet-modules:
+	cd examples && $(GO) vet ./... && $(GO) build ./...
+	cd bench && $(GO) vet ./...

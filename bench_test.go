@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"golang.org/x/time/rate"
 
 	"github.com/gostream/kinesub/internal/heapwatch"
@@ -286,19 +287,29 @@ func BenchmarkChannelBaseline(b *testing.B) {
 }
 
 // BenchmarkDeliverAck receives b.N records from four shards and acks each as it arrives, with
-// checkpoints coalesced (the default 5s interval) or written on every advance of a watermark.
+// checkpoints coalesced (the default 5s interval) or written on every advance of a watermark,
+// and coalesced with metrics going to an OpenTelemetry SDK provider with a reader attached
+// (the others use the global provider, a no-op).
 func BenchmarkDeliverAck(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
 		interval time.Duration
+		metered  bool
 	}{
-		{"coalesced", 5 * time.Second},
-		{"every-advance", 0},
+		{"coalesced", 5 * time.Second, false},
+		{"every-advance", 0, false},
+		{"coalesced-metered", 5 * time.Second, true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			f := newPageKinesis(1<<62, false)
 			store := &countingStore{Store: lease.NewMemory()}
-			sub := benchSubscribe(b, f, WithLeaseStore(store), WithCheckpointInterval(bc.interval))
+			opts := []Option{WithLeaseStore(store), WithCheckpointInterval(bc.interval)}
+			if bc.metered {
+				mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+				defer func() { _ = mp.Shutdown(context.Background()) }()
+				opts = append(opts, WithMeterProvider(mp))
+			}
+			sub := benchSubscribe(b, f, opts...)
 			ctx := context.Background()
 			runtime.GC()
 			m0, cpu0 := mallocs(), cpuTime()

@@ -122,6 +122,7 @@ func (w *worker) retire(ctx context.Context) error {
 	if rerr := w.sub.cfg.store.Release(ctx, w.key, w.sub.cfg.owner); rerr != nil {
 		err = errors.Join(err, &ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpRelease, Err: rerr})
 	} else {
+		w.stats.transition(transReleasedOr(w.leaving.Load()))
 		w.log.Info("lease released")
 	}
 	return err
@@ -167,6 +168,8 @@ func (w *worker) releaseFinished() {
 	defer cancel()
 	if err := s.cfg.store.Release(ctx, w.key, s.cfg.owner); err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpRelease, Err: err})
+	} else {
+		w.stats.transition(transReleased)
 	}
 	w.log.Info("shard finished")
 }

@@ -25,6 +25,7 @@ func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
 	return func(yield func(*Message, error) bool) {
 		s.pull(ctx, func() bool {
 			for m := s.hand.take(); m != nil; m = s.hand.take() {
+				s.metrics.consumed(m)
 				if !yield(m, nil) {
 					return false
 				}
@@ -45,6 +46,7 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 			if page == nil {
 				return true
 			}
+			s.metrics.consumedPage(page)
 			b := &Batch{msgs: make([]*Message, len(page))}
 			for i := range page {
 				b.msgs[i] = &page[i]
@@ -108,6 +110,7 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 			continue
 		}
 		n++
+		w.stats.settled(ctx, m, false, false)
 		if m.gen == w.gen && w.wm.settle(m.index) {
 			advanced = true
 		}

@@ -230,6 +230,7 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 		w.markAt = &pos // the reader records where it opened (see reader.mark)
 	}
 	w.log.Info("lease taken", "checkpoint", l.Checkpoint, "start", w.start.String())
+	s.metrics.leaseTaken(id, stolen)
 	// Both are owned by the subscriber: Close waits for the reader (readers) before it retires
 	// the shard, and for the keeper (keepers) before it closes Errors.
 	s.readers.Add(1)

@@ -72,6 +72,7 @@ func (s *Subscriber) dispatch() {
 		}
 		select {
 		case s.out <- held:
+			s.metrics.consumed(held)
 			held = nil
 		case ack := <-s.fence:
 			if held.gen != held.shard.gate.Load() {

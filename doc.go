@@ -132,6 +132,16 @@
 // there delivers it and what follows. A record that looks aggregated but is malformed (a bad
 // checksum, say) is reported on Errors (ErrAggregatedRecord) and counts as handled.
 //
+// # Metrics
+//
+// Subscribers and publishers report OpenTelemetry metrics through the metric API: lag per
+// shard (kinesub.shard.millis_behind_latest), deliveries in flight, records consumed, acked
+// and nacked, leases held and their transitions (acquired, stolen, lost, released,
+// handed_back), checkpoint writes, and every Kinesis and lease store call by operation and
+// outcome (ok, throttled, error). They go to the global MeterProvider unless WithMeterProvider
+// (WithPublishMeterProvider for a Publisher) names another; the global one discards them until
+// the application installs an SDK. The README lists every metric and what to alert on.
+//
 // # Concurrency
 //
 // Subscriber, Seeker, Publisher and Message are safe for concurrent use.

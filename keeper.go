@@ -105,6 +105,7 @@ func (w *worker) lose(why string) {
 	// The dispatcher re-checks the gate of the record it holds; it always answers at once, or
 	// has returned.
 	_ = w.sub.fenceDispatch(context.Background())
+	w.stats.transition(transLost)
 	w.log.Info("lease lost", "why", why)
 	w.sub.report(&ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpLease, Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)})
 }

@@ -20,6 +20,7 @@ type Message struct {
 	gen          uint64 // the shard's generation when the record was fetched
 	index        uint64 // position in the shard's watermark
 	settled      uint32 // set once, atomically, by Ack or Nack (a plain word so pages of Messages can be built by value)
+	handed       int64  // when it was handed to the consumer, in Unix ns; atomic, 0 until then (metrics)
 }
 
 // Data returns the record's payload, without the header envelope.
@@ -68,15 +69,15 @@ func (m *Message) Position() Position { return AtSubSequence(m.ShardID(), m.sequ
 // is a no-op. A second Ack or Nack returns ErrAlreadySettled; Ack or Nack once Close has
 // returned returns ErrClosed (what was not settled by then is delivered again, by this
 // subscriber or the shard's next owner).
-func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, true) }
+func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false, false) }
 
 // Nack gives the message back. With requeue false the message is skipped: treated as handled.
 // With requeue true it stays unhandled: the shard's checkpoint cannot pass it, so it and every
 // later record of its shard are delivered again when the shard's lease is next taken (after a
 // restart or a handoff). Reading goes on meanwhile, up to the in-flight cap.
-func (m *Message) Nack(ctx context.Context, requeue bool) error { return m.settle(ctx, !requeue) }
+func (m *Message) Nack(ctx context.Context, requeue bool) error { return m.settle(ctx, true, requeue) }
 
-func (m *Message) settle(ctx context.Context, handled bool) error {
+func (m *Message) settle(ctx context.Context, nack, requeue bool) error {
 	if m.shard != nil && m.shard.closed() {
 		return ErrClosed
 	}
@@ -86,5 +87,6 @@ func (m *Message) settle(ctx context.Context, handled bool) error {
 	if m.shard == nil {
 		return nil
 	}
-	return m.shard.settle(ctx, m, handled)
+	m.shard.stats.settled(ctx, m, nack, requeue)
+	return m.shard.settle(ctx, m, !requeue)
 }

@@ -9,6 +9,9 @@ import (
 	"reflect"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -35,6 +38,7 @@ type config struct {
 	startAt            *Position
 	initialPos         *Position
 	source             func(shard string) shardSource // nil: the GetRecords poller; set by tests
+	meterProvider      metric.MeterProvider
 
 	errs []error // collected while applying options, reported by validate
 }
@@ -53,6 +57,7 @@ func defaultConfig() config {
 		store:              lease.NewMemory(),
 		owner:              defaultOwner(),
 		logger:             slog.New(slog.DiscardHandler),
+		meterProvider:      otel.GetMeterProvider(),
 	}
 }
 
@@ -194,6 +199,20 @@ func WithLogger(l *slog.Logger) Option {
 			return
 		}
 		c.logger = l
+	}
+}
+
+// WithMeterProvider sets where the subscriber's OpenTelemetry metrics go (listed in the
+// README, "Metrics"). The default is the global provider, otel.GetMeterProvider(), which
+// discards everything until the application installs one with otel.SetMeterProvider (before
+// or after Subscribe). nil is rejected.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) {
+		if v := reflect.ValueOf(mp); mp == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+			c.reject("WithMeterProvider", "nil", "must be a metric.MeterProvider")
+			return
+		}
+		c.meterProvider = mp
 	}
 }
 

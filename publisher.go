@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -12,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
 )
@@ -28,10 +31,11 @@ const (
 // headers so that kinesub subscribers (and the Rust implementation) read them back. It is safe
 // for concurrent use and holds no goroutines, so it needs no closing.
 type Publisher struct {
-	client kinesisiface.Kinesis
-	stream string // the stream's name, also when given its ARN
-	ref    streamRef
-	cfg    publisherConfig
+	client  kinesisiface.Kinesis
+	stream  string // the stream's name, also when given its ARN
+	ref     streamRef
+	cfg     publisherConfig
+	metrics *publisherMetrics
 }
 
 // Record is one record for PublishBatch. Headers may be nil.
@@ -47,13 +51,17 @@ type Record struct {
 type PublisherOption func(*publisherConfig)
 
 type publisherConfig struct {
-	retries    int
-	backoffMin time.Duration
-	backoffMax time.Duration
+	retries       int
+	backoffMin    time.Duration
+	backoffMax    time.Duration
+	meterProvider metric.MeterProvider
+
+	errs []error // collected while applying options, reported by validate
 }
 
 func defaultPublisherConfig() publisherConfig {
-	return publisherConfig{retries: 8, backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second}
+	return publisherConfig{retries: 8, backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second,
+		meterProvider: otel.GetMeterProvider()}
 }
 
 // Limits of the publisher options' ranges.
@@ -65,6 +73,9 @@ const (
 )
 
 func (c *publisherConfig) validate() error {
+	if len(c.errs) > 0 {
+		return c.errs[0]
+	}
 	switch {
 	case c.retries < 0 || c.retries > maxPublishRetries:
 		return optionError("WithPublishRetries", c.retries, fmt.Sprintf("must be between 0 and %d", maxPublishRetries))
@@ -88,6 +99,20 @@ func WithPublishRetries(n int) PublisherOption { return func(c *publisherConfig)
 // 1m, max from min to 5m.
 func WithPublishBackoff(min, max time.Duration) PublisherOption {
 	return func(c *publisherConfig) { c.backoffMin, c.backoffMax = min, max }
+}
+
+// WithPublishMeterProvider sets where the publisher's OpenTelemetry metrics go (listed in
+// the README, "Metrics"), as WithMeterProvider does for a Subscriber. The default is the global
+// provider, otel.GetMeterProvider(), which discards everything until the application installs
+// one. nil is rejected.
+func WithPublishMeterProvider(mp metric.MeterProvider) PublisherOption {
+	return func(c *publisherConfig) {
+		if v := reflect.ValueOf(mp); mp == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+			c.errs = append(c.errs, optionError("WithPublishMeterProvider", "nil", "must be a metric.MeterProvider"))
+			return
+		}
+		c.meterProvider = mp
+	}
 }
 
 // NewPublisher returns a Publisher that writes to stream, given by name or by ARN, through
@@ -118,7 +143,11 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Publisher{client: client, stream: ref.name, ref: ref, cfg: cfg}, nil
+	m, err := newPublisherMetrics(cfg.meterProvider, ref.name)
+	if err != nil {
+		return nil, fmt.Errorf("kinesub: metrics: %w", err)
+	}
+	return &Publisher{client: meteredKinesis{k: client, r: m.req}, stream: ref.name, ref: ref, cfg: cfg, metrics: m}, nil
 }
 
 // Publish writes one record with PutRecord and returns its sequence number. headers may be nil;
@@ -136,8 +165,10 @@ func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byt
 		StreamName: p.ref.streamName(), StreamARN: p.ref.streamARN(), PartitionKey: aws.String(partitionKey), Data: enc,
 	})
 	if err != nil {
+		p.metrics.published(ctx, 0, 1)
 		return "", callError("PutRecord", p.stream, err)
 	}
+	p.metrics.published(ctx, 1, 0)
 	return aws.ToString(out.SequenceNumber), nil
 }
 
@@ -171,10 +202,12 @@ func (p *Publisher) PublishBatch(ctx context.Context, records []Record) error {
 				perr.Failed = append(perr.Failed, i)
 			}
 			perr.total = len(entries)
+			p.metrics.published(ctx, len(entries)-len(perr.Failed), len(perr.Failed))
 			return perr
 		}
 		start = end
 	}
+	p.metrics.published(ctx, len(entries), 0)
 	return nil
 }
 

@@ -53,6 +53,7 @@ type worker struct {
 	starting   atomic.Bool  // waiting out a stolen lease's previous owner (stealWait)
 	rejected   atomic.Bool  // Kinesis refuses the stored checkpoint (ErrCheckpointRejected)
 
+	stats        *shardStats // metrics
 	millisBehind atomic.Int64
 	throttled    atomic.Bool
 	checkpoints  atomic.Int64
@@ -70,6 +71,7 @@ func newWorker(s *Subscriber, id string, acquired time.Time) *worker {
 		readerDone: make(chan struct{}),
 		keeperStop: make(chan struct{}),
 		keeperDone: make(chan struct{}),
+		stats:      s.metrics.shard(id),
 	}
 	w.lastRenew.Store(acquired.UnixNano())
 	return w

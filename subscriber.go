@@ -31,6 +31,8 @@ type Subscriber struct {
 	log    *slog.Logger
 	seeker *Seeker
 
+	metrics *metrics // OpenTelemetry instruments (metrics.go)
+
 	hand  *handoff           // readers → consumer
 	out   chan *Message      // dispatcher → consumer (Messages)
 	fence chan chan struct{} // seekers and Close re-check the dispatcher's held delivery
@@ -101,7 +103,14 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	m, err := newMetrics(cfg.meterProvider, ref.name)
+	if err != nil {
+		return nil, err
+	}
+	client = meteredKinesis{k: client, r: m.req}
+	cfg.store = meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
 	s := &Subscriber{
+		metrics:      m,
 		cfg:          cfg,
 		client:       client,
 		stream:       ref.name,
@@ -130,6 +139,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if cfg.startAt != nil {
 		s.epoch++
 		s.installed = &install{pos: *cfg.startAt, epoch: s.epoch, known: map[string]bool{}}
+	}
+	if err := m.observe(s.heldWorkers); err != nil {
+		return nil, err
 	}
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
 	s.bgCtx, s.stopBg = context.WithCancel(context.Background())
@@ -358,6 +370,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	close(s.errs)
 	s.errMu.Unlock()
 	s.closeErr = errors.Join(errs...)
+	s.metrics.stop()
 	close(s.done)
 }
 

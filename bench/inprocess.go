@@ -88,6 +88,9 @@ func inProcessFigures() error {
 		fmt.Printf("    %s %5.2f× (%5.2f×)  goal ≤ %.1f×: %s\n", row.label, r, ratio(row.name, unbuf, "cpu-ns/record"), row.goal, verdict(r <= row.goal))
 	}
 	fmt.Printf("  Messages() deliver + ack ÷ buffered channel %5.2f×\n", ratio(co, buf, "ns/record"))
+	mo := "BenchmarkDeliverAck/coalesced-metered"
+	fmt.Printf("  Messages() deliver + ack with an SDK MeterProvider and reader ÷ without %5.2f×  goal ≤ 1.03: %s\n",
+		ratio(mo, co, "ns/record"), verdict(ratio(mo, co, "ns/record") <= 1.03))
 	cw, ew := med(co, "writes/10k-acks"), med(ea, "writes/10k-acks")
 	fmt.Printf("  checkpoint writes per 10,000 acks: coalesced (5s) %.3f (only Close's final flush, one per shard), every advance %.0f: coalesced ÷ every advance %.1e\n",
 		cw, ew, cw/ew)

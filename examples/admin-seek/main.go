@@ -19,7 +19,7 @@
 // AWS_ENDPOINT_URL_KINESIS and AWS_ENDPOINT_URL_DYNAMODB). Against the local servers:
 //
 //	scripts/emulators.sh up && eval "$(scripts/emulators.sh env)"
-//	go run ./examples/admin-seek -stream orders -table orders-leases -create 2
+//	cd examples && go run ./admin-seek -stream orders -table orders-leases -create 2
 //
 // The seek endpoint has no authentication, so it listens on a loopback address only.
 package main

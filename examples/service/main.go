@@ -1,9 +1,10 @@
 // Command service is the plain service loop: consume a stream with the shard leases in a
 // DynamoDB table (so several instances share the shards), handle each record, acknowledge it,
 // and shut down cleanly on SIGINT or SIGTERM (checkpoints written, leases released, so the
-// other instances take the shards over within about a second).
+// other instances take the shards over within about a second). It serves kinesub's
+// OpenTelemetry metrics in the Prometheus format on /metrics (see the README, "Metrics").
 //
-//	go run ./examples/service -stream orders -table orders-leases
+//	cd examples && go run ./service -stream orders -table orders-leases -metrics :9464
 //
 // It uses the standard AWS configuration (environment, shared config, instance role).
 package main
@@ -13,6 +14,7 @@ import (
 	"flag"
 	"log"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,6 +23,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/gostream/kinesub"
 	"github.com/gostream/kinesub/lease"
@@ -29,6 +34,7 @@ import (
 func main() {
 	stream := flag.String("stream", "orders", "Kinesis stream to consume")
 	table := flag.String("table", "orders-leases", "DynamoDB lease table (created if missing)")
+	metricsAddr := flag.String("metrics", ":9464", "address to serve Prometheus metrics on (/metrics)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -42,8 +48,13 @@ func main() {
 		log.Fatal(err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	meters, err := serveMetrics(*metricsAddr, logger)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer meters.Shutdown(context.Background())
 	sub, err := kinesub.Subscribe(context.Background(), kinesis.NewFromConfig(cfg), *stream,
-		kinesub.WithLeaseStore(leases), kinesub.WithLogger(logger))
+		kinesub.WithLeaseStore(leases), kinesub.WithLogger(logger), kinesub.WithMeterProvider(meters))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -73,4 +84,22 @@ func main() {
 
 func handle(msg *kinesub.Message) {
 	log.Printf("%s %s %s: %s", msg.ShardID(), msg.SequenceNumber(), msg.PartitionKey(), msg.Data())
+}
+
+// serveMetrics returns a MeterProvider whose metrics are served in the Prometheus format on
+// addr's /metrics. An application that installs it globally (otel.SetMeterProvider) need not
+// pass kinesub.WithMeterProvider: kinesub uses the global provider by default.
+func serveMetrics(addr string, logger *slog.Logger) (*sdkmetric.MeterProvider, error) {
+	exporter, err := otelprom.New()
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.Handler())
+	go func() { // lives as long as the process
+		if err := http.ListenAndServe(addr, mux); err != nil {
+			logger.Error("metrics server", "err", err)
+		}
+	}()
+	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter)), nil
 }

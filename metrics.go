@@ -1,0 +1,383 @@
+package kinesub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Metrics are OpenTelemetry instruments made from the MeterProvider given with
+// WithMeterProvider or WithPublishMeterProvider (the global one by default). The names,
+// units and attributes are listed in the README ("Metrics"); dashboards and alerts are written
+// against them, so they do not change.
+//
+// Counts on the delivery path cost an atomic add per record: the consumed, acked and nacked
+// counters are observed from per-shard tallies when the provider collects, not added to an
+// instrument per record, and the settle duration is measured on a sample of the deliveries
+// (settleSample).
+
+const meterName = "github.com/gostream/kinesub"
+
+// settleSample: one delivery in settleSample of each shard, starting with its first, has its
+// settle duration measured. Timing every record would cost a clock read and a histogram
+// measurement per record, a third of the whole per-record cost of the delivery path; a
+// sample leaves the distribution (its percentiles) as it is.
+const settleSample = 32
+
+// Attribute keys.
+const (
+	attrSystem      = attribute.Key("messaging.system")
+	attrDestination = attribute.Key("messaging.destination.name")
+	attrShard       = attribute.Key("kinesub.shard.id")
+	attrOperation   = attribute.Key("kinesub.operation")
+	attrOutcome     = attribute.Key("kinesub.outcome")
+	attrResult      = attribute.Key("kinesub.result")
+	attrTransition  = attribute.Key("kinesub.transition")
+	attrRequeue     = attribute.Key("kinesub.requeue")
+)
+
+const systemKinesis = "aws_kinesis"
+
+// Values of kinesub.outcome.
+const (
+	outcomeOK        = "ok"
+	outcomeThrottled = "throttled"
+	outcomeError     = "error"
+)
+
+// Values of kinesub.transition.
+const (
+	transAcquired   = "acquired"
+	transStolen     = "stolen"
+	transLost       = "lost"
+	transReleased   = "released"
+	transHandedBack = "handed_back"
+)
+
+// durationBuckets are the request and settle duration histograms' bucket bounds, in seconds:
+// from a millisecond (an in-memory store) to a minute (a consumer stuck on a record).
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
+// requestMetrics counts the calls made to Kinesis and to the lease store, by operation and
+// outcome. It is safe for concurrent use.
+type requestMetrics struct {
+	requests metric.Int64Counter
+	duration metric.Float64Histogram
+	stream   attribute.KeyValue
+
+	mu   sync.Mutex
+	sets map[[2]string]metric.MeasurementOption // (operation, outcome) → attributes
+}
+
+func newRequestMetrics(meter metric.Meter, stream string) (*requestMetrics, error) {
+	r := &requestMetrics{stream: attrDestination.String(stream), sets: map[[2]string]metric.MeasurementOption{}}
+	var errRequests, errDuration error
+	r.requests, errRequests = meter.Int64Counter("kinesub.requests", metric.WithUnit("{request}"),
+		metric.WithDescription("Calls made to Kinesis and to the lease store, by operation and outcome."))
+	r.duration, errDuration = meter.Float64Histogram("kinesub.request.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of the calls made to Kinesis and to the lease store."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	return r, errors.Join(errRequests, errDuration)
+}
+
+// record counts one call of op that started at start and returned err.
+func (r *requestMetrics) record(ctx context.Context, op string, start time.Time, err error) {
+	d := time.Since(start).Seconds()
+	attrs := r.attrs(op, outcome(err))
+	r.requests.Add(ctx, 1, attrs)
+	r.duration.Record(ctx, d, attrs)
+}
+
+func (r *requestMetrics) attrs(op, out string) metric.MeasurementOption {
+	k := [2]string{op, out}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, ok := r.sets[k]
+	if !ok {
+		a = metric.WithAttributeSet(attribute.NewSet(attrSystem.String(systemKinesis), r.stream,
+			attrOperation.String(op), attrOutcome.String(out)))
+		r.sets[k] = a
+	}
+	return a
+}
+
+// outcome classifies a call's error: the throttling exceptions of Kinesis and DynamoDB are
+// "throttled", any other error "error".
+func outcome(err error) string {
+	if err == nil {
+		return outcomeOK
+	}
+	var (
+		kThrottle *types.ProvisionedThroughputExceededException
+		kLimit    *types.LimitExceededException
+		kKMS      *types.KMSThrottlingException
+		dThrottle *ddbtypes.ProvisionedThroughputExceededException
+		dLimit    *ddbtypes.RequestLimitExceeded
+		dThrottl2 *ddbtypes.ThrottlingException
+	)
+	switch {
+	case errors.As(err, &kThrottle), errors.As(err, &kLimit), errors.As(err, &kKMS),
+		errors.As(err, &dThrottle), errors.As(err, &dLimit), errors.As(err, &dThrottl2):
+		return outcomeThrottled
+	}
+	return outcomeError
+}
+
+// metrics are a Subscriber's instruments. Its methods are safe for concurrent use, and do
+// nothing on a nil *metrics (a Subscriber assembled by hand in a test).
+type metrics struct {
+	meter       metric.Meter
+	req         *requestMetrics
+	stream      attribute.KeyValue
+	settle      metric.Float64Histogram
+	checkpoints metric.Int64Counter
+	transitions metric.Int64Counter
+
+	consumedC, acked, nacked  metric.Int64ObservableCounter
+	behind, inFlight, ifBytes metric.Int64ObservableGauge
+	held                      metric.Int64ObservableGauge
+	reg                       metric.Registration
+
+	mu     sync.Mutex
+	shards map[string]*shardStats // every shard read here since Subscribe, held or not
+}
+
+// shardStats are one shard's tallies, kept for the life of the subscription so that its
+// counters never go back when its lease moves away and comes back.
+type shardStats struct {
+	m       *metrics
+	id      string
+	attrs   metric.MeasurementOption // system, stream, shard
+	requeue metric.MeasurementOption // the same and kinesub.requeue=true
+	skip    metric.MeasurementOption // the same and kinesub.requeue=false
+	timed   []metric.RecordOption    // attrs, made once: a variadic call would allocate per measurement
+
+	// consumed is written by the dispatcher, the others by the consumer: each on a cache line
+	// of its own, so that the two goroutines do not take the line from each other per record.
+	_        [64]byte
+	consumed atomic.Int64
+	_        [64]byte
+	acked    atomic.Int64
+	nackSkip atomic.Int64
+	nackKeep atomic.Int64
+	_        [64]byte
+}
+
+func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
+	meter := mp.Meter(meterName)
+	req, err := newRequestMetrics(meter, stream)
+	m := &metrics{meter: meter, req: req, stream: attrDestination.String(stream), shards: map[string]*shardStats{}}
+	errs := []error{err}
+	add := func(e error) { errs = append(errs, e) }
+	var e error
+	m.settle, e = meter.Float64Histogram("kinesub.message.settle.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from a record's delivery to the consumer to its Ack or Nack."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	add(e)
+	m.checkpoints, e = meter.Int64Counter("kinesub.checkpoint.writes", metric.WithUnit("{write}"),
+		metric.WithDescription("Checkpoint writes to the lease store, by result: ok, fenced (the lease was lost) or error."))
+	add(e)
+	m.transitions, e = meter.Int64Counter("kinesub.lease.transitions", metric.WithUnit("{transition}"),
+		metric.WithDescription("Shard leases taken (acquired, stolen) and given up (lost, released, handed_back) by this subscriber."))
+	add(e)
+	m.consumedC, e = meter.Int64ObservableCounter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Records delivered to the consumer."))
+	add(e)
+	m.acked, e = meter.Int64ObservableCounter("kinesub.records.acked", metric.WithUnit("{message}"),
+		metric.WithDescription("Deliveries settled with Ack."))
+	add(e)
+	m.nacked, e = meter.Int64ObservableCounter("kinesub.records.nacked", metric.WithUnit("{message}"),
+		metric.WithDescription("Deliveries settled with Nack, by requeue."))
+	add(e)
+	m.behind, e = meter.Int64ObservableGauge("kinesub.shard.millis_behind_latest", metric.WithUnit("ms"),
+		metric.WithDescription("MillisBehindLatest of the last page read from each shard held here."))
+	add(e)
+	m.inFlight, e = meter.Int64ObservableGauge("kinesub.in_flight", metric.WithUnit("{message}"),
+		metric.WithDescription("Deliveries not yet settled, per shard held here."))
+	add(e)
+	m.ifBytes, e = meter.Int64ObservableGauge("kinesub.in_flight.bytes", metric.WithUnit("By"),
+		metric.WithDescription("Bytes held toward WithMaxInFlightBytes, per shard held here."))
+	add(e)
+	m.held, e = meter.Int64ObservableGauge("kinesub.leases.held", metric.WithUnit("{lease}"),
+		metric.WithDescription("Shards this subscriber holds the lease of and reads."))
+	add(e)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("kinesub: metrics: %w", err)
+	}
+	return m, nil
+}
+
+// observe starts reporting the observed instruments from the shards that held returns.
+func (m *metrics) observe(held func() []*worker) error {
+	r, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		m.mu.Lock()
+		for _, st := range m.shards {
+			o.ObserveInt64(m.consumedC, st.consumed.Load(), st.attrs)
+			o.ObserveInt64(m.acked, st.acked.Load(), st.attrs)
+			o.ObserveInt64(m.nacked, st.nackKeep.Load(), st.requeue)
+			o.ObserveInt64(m.nacked, st.nackSkip.Load(), st.skip)
+		}
+		m.mu.Unlock()
+		ws := held()
+		for _, w := range ws {
+			w.mu.Lock()
+			n, b := w.wm.inFlight(), w.wm.bytes
+			w.mu.Unlock()
+			o.ObserveInt64(m.inFlight, int64(n), w.stats.attrs)
+			o.ObserveInt64(m.ifBytes, int64(b), w.stats.attrs)
+			o.ObserveInt64(m.behind, w.millisBehind.Load(), w.stats.attrs)
+		}
+		o.ObserveInt64(m.held, int64(len(ws)), metric.WithAttributeSet(attribute.NewSet(attrSystem.String(systemKinesis), m.stream)))
+		return nil
+	}, m.consumedC, m.acked, m.nacked, m.behind, m.inFlight, m.ifBytes, m.held)
+	if err != nil {
+		return fmt.Errorf("kinesub: metrics: %w", err)
+	}
+	m.reg = r
+	return nil
+}
+
+// stop ends the observed instruments' reports: a closed subscription holds no shard.
+func (m *metrics) stop() {
+	if m == nil || m.reg == nil {
+		return
+	}
+	_ = m.reg.Unregister()
+}
+
+// shard returns the tallies of shard id, made on first use.
+func (m *metrics) shard(id string) *shardStats {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	st := m.shards[id]
+	if st == nil {
+		base := []attribute.KeyValue{attrSystem.String(systemKinesis), m.stream, attrShard.String(id)}
+		st = &shardStats{
+			m:       m,
+			id:      id,
+			attrs:   metric.WithAttributeSet(attribute.NewSet(base...)),
+			requeue: metric.WithAttributeSet(attribute.NewSet(append(base, attrRequeue.Bool(true))...)),
+			skip:    metric.WithAttributeSet(attribute.NewSet(append(base, attrRequeue.Bool(false))...)),
+		}
+		st.timed = []metric.RecordOption{st.attrs}
+		m.shards[id] = st
+	}
+	return st
+}
+
+// consumed counts msg as delivered to the consumer and, for a sampled delivery, notes when,
+// for the settle duration. It is called once msg is handed out; an Ack racing ahead of the
+// note is counted but not timed.
+func (m *metrics) consumed(msg *Message) {
+	if m == nil || msg.shard == nil || msg.shard.stats == nil {
+		return
+	}
+	if msg.shard.stats.consumed.Add(1)%settleSample == 1 && m.settle.Enabled(context.Background()) {
+		atomic.StoreInt64(&msg.handed, time.Now().UnixNano())
+	}
+}
+
+// consumedPage counts a page of one shard handed out at once (Batches), timing the settle of
+// the same sample of its messages as consumed does.
+func (m *metrics) consumedPage(page []Message) {
+	if m == nil || len(page) == 0 || page[0].shard == nil || page[0].shard.stats == nil {
+		return
+	}
+	n := page[0].shard.stats.consumed.Add(int64(len(page)))
+	if !m.settle.Enabled(context.Background()) {
+		return
+	}
+	now := time.Now().UnixNano()
+	for i := range page {
+		if (n-int64(len(page))+int64(i)+1)%settleSample == 1 {
+			atomic.StoreInt64(&page[i].handed, now)
+		}
+	}
+}
+
+// settled counts msg's Ack (handled, not nack), or its Nack with or without requeue.
+func (st *shardStats) settled(ctx context.Context, msg *Message, nack, requeue bool) {
+	if st == nil {
+		return
+	}
+	switch {
+	case !nack:
+		st.acked.Add(1)
+	case requeue:
+		st.nackKeep.Add(1)
+	default:
+		st.nackSkip.Add(1)
+	}
+	if at := atomic.LoadInt64(&msg.handed); at != 0 {
+		st.m.settle.Record(ctx, time.Since(time.Unix(0, at)).Seconds(), st.timed...)
+	}
+}
+
+// transition counts a lease of this shard taken or given up; kind is one of the trans…
+// values.
+func (st *shardStats) transition(kind string) {
+	if st == nil {
+		return
+	}
+	st.m.transitions.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(
+		attrSystem.String(systemKinesis), st.m.stream, attrShard.String(st.id), attrTransition.String(kind))))
+}
+
+// leaseTaken counts a lease that this subscriber started reading.
+func (m *metrics) leaseTaken(id string, stolen bool) {
+	kind := transAcquired
+	if stolen {
+		kind = transStolen
+	}
+	m.shard(id).transition(kind)
+}
+
+// checkpointWritten counts a checkpoint write of shard id: ok, fenced (ok false) or error.
+func (m *metrics) checkpointWritten(ctx context.Context, id string, ok bool, err error) {
+	if m == nil {
+		return
+	}
+	result := "ok"
+	switch {
+	case err != nil:
+		result = "error"
+	case !ok:
+		result = "fenced"
+	}
+	m.checkpoints.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(
+		attrSystem.String(systemKinesis), m.stream, attrShard.String(id), attrResult.String(result))))
+}
+
+// heldWorkers returns the shards this subscriber reads, its lease not lost: what the
+// per-shard gauges report.
+func (s *Subscriber) heldWorkers() []*worker {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ws := make([]*worker, 0, len(s.workers))
+	for _, w := range s.workers {
+		if !w.lost.Load() {
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
+
+// transReleasedOr is the transition of a lease released at Close (released) or for balance
+// (handed_back).
+func transReleasedOr(handedBack bool) string {
+	if handedBack {
+		return transHandedBack
+	}
+	return transReleased
+}
