@@ -20,8 +20,11 @@ endef
 
 .PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet
 
+# test runs every package against kinesalite, then the root package's integration tests again
+# against kinesistest, the in-process server (KINESUB_KINESIS_BACKEND, internal/testenv).
 test:
-	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./...)
+	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./... && \
+	KINESUB_KINESIS_BACKEND=kinesistest $(GO) test -race -count=1 -timeout 12m .)
 
 # stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes
 # spin on the CPU beside it (as many as there are CPUs by default), and every test runs twice,

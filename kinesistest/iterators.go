@@ -62,9 +62,12 @@ func (sh *shard) position(p startingPosition) (int, *apiError) {
 		if p.SequenceNumber == "" {
 			return 0, errInvalid("A StartingSequenceNumber or AtSequenceNumber must be provided for %s.", p.Type)
 		}
-		c, idx, ok := parseSeq(p.SequenceNumber)
-		if !ok || idx != sh.index {
-			return 0, errInvalid("Invalid StartingSequenceNumber. It encodes a different shard or is not a sequence number of this stream: %s", p.SequenceNumber)
+		c, idx, id, ok := parseSeq(p.SequenceNumber)
+		if !ok || id != sh.streamID%1e8 {
+			return 0, errInvalid("StartingSequenceNumber %s used in GetShardIterator on shard %s is invalid because it did not come from this stream.", p.SequenceNumber, sh.id)
+		}
+		if idx != sh.index {
+			return 0, errInvalid("Invalid StartingSequenceNumber. It encodes %s, while it was used in a call to a shard with %s", fmt.Sprintf("shardId-%012d", idx), sh.id)
 		}
 		if p.Type == "AFTER_SEQUENCE_NUMBER" {
 			c++

@@ -17,6 +17,7 @@ type config struct {
 	now                  func() time.Time
 	faults               *FaultPlan
 	region               string
+	plain                bool
 }
 
 func defaultConfig() config {
@@ -101,3 +102,8 @@ func WithClock(now func() time.Time) Option { return func(c *config) { c.now = n
 // WithRegion sets the region in the ARNs the server hands out and in Client's configuration,
 // overriding the default "us-east-1". It must not be empty.
 func WithRegion(region string) Option { return func(c *config) { c.region = region } }
+
+// WithPlainHTTP makes the server also listen for plain HTTP/1.1, without TLS, at PlainURL, off
+// by default. It serves the same streams; use it for a proxy or tool in front of the server
+// that cannot trust its certificate. The SDK's SubscribeToShard needs the TLS endpoint.
+func WithPlainHTTP() Option { return func(c *config) { c.plain = true } }

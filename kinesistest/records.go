@@ -27,19 +27,21 @@ type record struct {
 }
 
 // seqString formats a sequence number as the service does: 56 decimal digits. The stream's
-// counter comes first, so numbers grow with arrival across the stream; the shard's index
-// follows, so a number tells which shard it belongs to.
-func seqString(counter uint64, shardIndex int) string {
-	return fmt.Sprintf("49%040d%06d%08d", counter, shardIndex, 0)
+// counter comes first, so numbers grow with arrival across the stream; the shard's index and
+// the stream's id follow, so a number tells which shard of which stream it belongs to, and one
+// from a deleted stream is refused by a new stream of the same name, as the service refuses it.
+func seqString(counter uint64, sh *shard) string {
+	return fmt.Sprintf("49%040d%06d%08d", counter, sh.index, sh.streamID%1e8)
 }
 
-func parseSeq(s string) (counter uint64, shardIndex int, ok bool) {
+func parseSeq(s string) (counter uint64, shardIndex int, streamID uint64, ok bool) {
 	if len(s) != 56 || s[:2] != "49" {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
 	c, err1 := strconv.ParseUint(s[2:42], 10, 64)
 	i, err2 := strconv.Atoi(s[42:48])
-	return c, i, err1 == nil && err2 == nil
+	id, err3 := strconv.ParseUint(s[48:], 10, 64)
+	return c, i, id, err1 == nil && err2 == nil && err3 == nil
 }
 
 type recordJSON struct {
@@ -103,7 +105,7 @@ func (s *Server) put(st *stream, e *putEntry, key *big.Int, now time.Time) (*sha
 		return nil, "", errThroughput("Rate exceeded for shard %s in stream %s under account %s.", sh.id, st.name, account)
 	}
 	st.seq++
-	seq := seqString(st.seq, sh.index)
+	seq := seqString(st.seq, sh)
 	buf, err := json.Marshal(recordJSON{SequenceNumber: seq, ApproximateArrivalTimestamp: epochSeconds(now), Data: e.Data, PartitionKey: e.PartitionKey})
 	if err != nil {
 		return nil, "", errInternal("encode record: %v", err)

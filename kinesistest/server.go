@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"strings"
@@ -25,13 +26,17 @@ import (
 type Server struct {
 	// URL is the server's endpoint, https://127.0.0.1:<port>.
 	URL string
+	// PlainURL is the server's plain HTTP/1.1 endpoint, http://127.0.0.1:<port>, under
+	// WithPlainHTTP; empty otherwise.
+	PlainURL string
 
 	cfg     config
 	ln      net.Listener
 	srv     *http.Server
+	plain   *http.Server // under WithPlainHTTP
 	certPEM []byte
 	roots   *x509.CertPool
-	served  chan struct{} // closed when the serving goroutine has returned
+	served  chan struct{} // closed when the serving goroutines have returned
 	done    chan struct{} // closed by Close: ends every subscription
 
 	mu      sync.Mutex
@@ -85,12 +90,26 @@ func Start(opts ...Option) (*Server, error) {
 		Handler:           s,
 		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}},
 		ReadHeaderTimeout: time.Minute,
-		ErrorLog:          nil,
+		ErrorLog:          quiet,
 	}
-	// Owned by the Server: Close shuts the http.Server down and waits for this goroutine.
+	var plainLn net.Listener
+	if cfg.plain {
+		if plainLn, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("kinesistest: listen: %w", err)
+		}
+		s.PlainURL = "http://" + plainLn.Addr().String()
+		s.plain = &http.Server{Handler: s, ReadHeaderTimeout: time.Minute, ErrorLog: quiet}
+	}
+	// Owned by the Server: Close shuts the http.Servers down and waits for these goroutines.
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.srv.ServeTLS(ln, "", "") })
+	if plainLn != nil {
+		wg.Go(func() { _ = s.plain.Serve(plainLn) })
+	}
 	go func() {
-		defer close(s.served)
-		_ = s.srv.ServeTLS(ln, "", "")
+		wg.Wait()
+		close(s.served)
 	}()
 	return s, nil
 }
@@ -101,6 +120,9 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		_ = s.srv.Close()
+		if s.plain != nil {
+			_ = s.plain.Close()
+		}
 		<-s.served
 	})
 }
@@ -138,6 +160,10 @@ func (s *Server) Config() aws.Config {
 func (s *Server) Client() *kinesis.Client { return kinesis.NewFromConfig(s.Config()) }
 
 func (s *Server) now() time.Time { return s.cfg.now() }
+
+// quiet drops the http.Server's log of clients that hang up mid-handshake or mid-request,
+// which tests do all the time.
+var quiet = log.New(io.Discard, "", 0)
 
 const targetPrefix = "Kinesis_20131202."
 

@@ -38,6 +38,7 @@ func uniformRanges(n int) []hashRange {
 type shard struct {
 	id       string
 	index    int
+	streamID uint64
 	parent   string
 	adjacent string
 	hash     hashRange
@@ -56,6 +57,7 @@ func (st *stream) addShard(r hashRange, now time.Time, parent, adjacent string) 
 	sh := &shard{
 		id:       fmt.Sprintf("shardId-%012d", len(st.shards)),
 		index:    len(st.shards),
+		streamID: st.id,
 		parent:   parent,
 		adjacent: adjacent,
 		hash:     r,
@@ -105,9 +107,9 @@ type hashRangeJSON struct{ StartingHashKey, EndingHashKey string }
 func (sh *shard) json() shardJSON {
 	j := shardJSON{ShardId: sh.id, ParentShardId: sh.parent, AdjacentParentShardId: sh.adjacent,
 		HashKeyRange: hashRangeJSON{sh.hash.start.String(), sh.hash.end.String()}}
-	j.SequenceNumberRange.StartingSequenceNumber = seqString(sh.startSeq, sh.index)
+	j.SequenceNumberRange.StartingSequenceNumber = seqString(sh.startSeq, sh)
 	if sh.closed {
-		j.SequenceNumberRange.EndingSequenceNumber = seqString(sh.endSeq, sh.index)
+		j.SequenceNumberRange.EndingSequenceNumber = seqString(sh.endSeq, sh)
 	}
 	return j
 }

@@ -78,9 +78,9 @@ func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body [
 			return
 		}
 		if end > pos || atEnd || due {
-			cont := seqString(sh.startSeq, sh.index)
+			cont := seqString(sh.startSeq, sh)
 			if end > 0 {
-				cont = seqString(records[end-1].counter, sh.index)
+				cont = seqString(records[end-1].counter, sh)
 			}
 			if !send("SubscribeToShardEvent", appendEvent(records[pos:end], cont, atEnd, children, millisBehind(records, end, now))) {
 				return

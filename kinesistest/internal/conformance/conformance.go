@@ -45,6 +45,7 @@ func Run(t *testing.T, b Backend) {
 		{"IteratorTypes", testIteratorTypes},
 		{"GetRecordsLimit", testGetRecordsLimit},
 		{"InvalidIterator", testInvalidIterator},
+		{"ForeignSequenceNumber", testForeignSequenceNumber},
 		{"PutRecordsTooMany", testPutRecordsTooMany},
 		{"SplitShard", testSplitShard},
 		{"MergeShards", testMergeShards},

@@ -204,6 +204,48 @@ func testInvalidIterator(t *testing.T, c *kinesis.Client) {
 	}
 }
 
+// A sequence number is refused by another shard, and by a new stream of the same name.
+func testForeignSequenceNumber(t *testing.T, c *kinesis.Client) {
+	name := newStream(t, c, 2)
+	shards := listShards(t, c, name)
+	out, err := c.PutRecord(ctx(t), &kinesis.PutRecordInput{StreamName: aws.String(name), Data: []byte("x"), PartitionKey: aws.String("k"),
+		ExplicitHashKey: shards[1].HashKeyRange.StartingHashKey})
+	if err != nil {
+		t.Fatalf("PutRecord: %v", err)
+	}
+	var inv *types.InvalidArgumentException
+	_, err = c.GetShardIterator(ctx(t), &kinesis.GetShardIteratorInput{StreamName: aws.String(name), ShardId: shards[0].ShardId,
+		ShardIteratorType: types.ShardIteratorTypeAfterSequenceNumber, StartingSequenceNumber: out.SequenceNumber})
+	if !errors.As(err, &inv) {
+		t.Fatalf("a sequence number of shard 1 on shard 0: %v, want InvalidArgumentException", err)
+	}
+	sum, err := c.DescribeStreamSummary(ctx(t), &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(name)})
+	if err != nil {
+		t.Fatalf("DescribeStreamSummary: %v", err)
+	}
+	created := aws.ToTime(sum.StreamDescriptionSummary.StreamCreationTimestamp)
+	if _, err := c.DeleteStream(ctx(t), &kinesis.DeleteStreamInput{StreamName: aws.String(name)}); err != nil {
+		t.Fatalf("DeleteStream: %v", err)
+	}
+	// kinesalite tells streams apart by their shards' creation time to the second, dated 2 s
+	// back: only a stream created in a later second is a different stream to it.
+	for time.Now().Unix() <= created.Unix()+3 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	w := kinesis.NewStreamNotExistsWaiter(c, func(o *kinesis.StreamNotExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 20*time.Millisecond, 200*time.Millisecond
+	})
+	if err := w.Wait(ctx(t), &kinesis.DescribeStreamInput{StreamName: aws.String(name)}, 30*time.Second); err != nil {
+		t.Fatalf("stream still exists after DeleteStream: %v", err)
+	}
+	testenv.CreateStream(t, c, name, 2)
+	_, err = c.GetShardIterator(ctx(t), &kinesis.GetShardIteratorInput{StreamName: aws.String(name), ShardId: shards[1].ShardId,
+		ShardIteratorType: types.ShardIteratorTypeAfterSequenceNumber, StartingSequenceNumber: out.SequenceNumber})
+	if !errors.As(err, &inv) {
+		t.Fatalf("a deleted stream's sequence number on its successor: %v, want InvalidArgumentException", err)
+	}
+}
+
 func testPutRecordsTooMany(t *testing.T, c *kinesis.Client) {
 	name := newStream(t, c, 1)
 	entries := make([]types.PutRecordsRequestEntry, 501)
