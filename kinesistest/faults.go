@@ -36,7 +36,8 @@ type Fault struct {
 }
 
 // FaultPlan is a seeded plan of faults: the same seed and the same sequence of calls give the
-// same faults. The first Fault that matches a call and is drawn applies.
+// same faults. The first Fault that matches a call and is drawn applies. Its server draws from
+// it under a lock; do not change its fields once the server started.
 type FaultPlan struct {
 	Seed   uint64
 	Faults []Fault

@@ -1,6 +1,7 @@
 package kinesistest
 
 import (
+	"encoding/base64"
 	"fmt"
 	"regexp"
 	"slices"
@@ -267,6 +268,7 @@ func (s *Server) listStreams(body []byte) (any, *apiError) {
 	var in struct {
 		Limit                    *int
 		ExclusiveStartStreamName string
+		NextToken                string
 	}
 	if err := decode(body, &in); err != nil {
 		return nil, err
@@ -277,6 +279,13 @@ func (s *Server) listStreams(body []byte) (any, *apiError) {
 			return nil, errValidation("1 validation error detected: Value '%d' at 'limit' failed to satisfy constraint: Member must have value between 1 and 10000", *in.Limit)
 		}
 		limit = *in.Limit
+	}
+	if in.NextToken != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(in.NextToken)
+		if err != nil {
+			return nil, errInvalid("Invalid NextToken.")
+		}
+		in.ExclusiveStartStreamName = string(raw)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -301,7 +310,11 @@ func (s *Server) listStreams(body []byte) (any, *apiError) {
 		StreamNames     []string
 		StreamSummaries []summary
 		HasMoreStreams  bool
+		NextToken       string `json:",omitempty"`
 	}{StreamNames: append([]string{}, names...), StreamSummaries: []summary{}, HasMoreStreams: more}
+	if more {
+		out.NextToken = base64.RawURLEncoding.EncodeToString([]byte(names[len(names)-1]))
+	}
 	for _, name := range names {
 		st := s.streams[name]
 		sum := summary{StreamName: st.name, StreamARN: st.arn, StreamStatus: st.status, StreamCreationTimestamp: epochSeconds(st.created)}

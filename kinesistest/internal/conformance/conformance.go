@@ -69,12 +69,14 @@ func Run(t *testing.T, b Backend) {
 		{"ExpiredIterator", testExpiredIterator},       // kinesalite's lifetime is a fixed 5 minutes
 		{"ListShardsPages", testListShardsPages},       // kinesalite ignores MaxResults and crashes on NextToken alone
 		{"ListShardsFilter", testListShardsFilter},     // kinesalite ignores ShardFilter
+		{"ListStreamsPages", testListStreamsPages},     // kinesalite has no ListStreams NextToken
 		{"ThrottleReads", testThrottleReads},           // kinesalite never throttles
 		{"ThrottleWrites", testThrottleWrites},         // kinesalite never throttles
 		{"Faults", testFaults},                         // kinesalite has no fault injection
 		{"Consumers", testConsumers},                   // kinesalite has no enhanced fan-out
 		{"SubscribeToShard", testSubscribeToShard},     // kinesalite has no enhanced fan-out
 		{"SubscribeTakeover", testSubscribeTakeover},   // kinesalite has no enhanced fan-out
+		{"SubscribeRate", testSubscribeRate},           // kinesalite has no enhanced fan-out
 		{"SubscribeShardEnd", testSubscribeShardEnd},   // kinesalite has no enhanced fan-out
 		{"SubscribeLifetime", testSubscribeLifetime},   // kinesalite has no enhanced fan-out
 		{"StreamARNRequests", testStreamARNRequests},   // kinesalite needs a StreamName

@@ -255,6 +255,26 @@ func testSubscribeTakeover(t *testing.T, b Backend) {
 	}
 }
 
+func testSubscribeRate(t *testing.T, b Backend) {
+	clk := newClock()
+	srv := b.Server(t, kinesistest.WithClock(clk.Now), kinesistest.WithLimits(true))
+	c := srv.Client()
+	name := newStream(t, c, 1)
+	_, consumer := register(t, c, name, "app")
+	pos := types.StartingPosition{Type: types.ShardIteratorTypeLatest}
+	first := subscribe(t, srv, consumer, "shardId-000000000000", pos)
+	next(t, first)
+	clk.Advance(999 * time.Millisecond)
+	_, err := srv.Client().SubscribeToShard(ctx(t), &kinesis.SubscribeToShardInput{ConsumerARN: aws.String(consumer), ShardId: aws.String("shardId-000000000000"), StartingPosition: &pos}, noRetry)
+	var le *types.LimitExceededException
+	if !errors.As(err, &le) {
+		t.Fatalf("a second call within a second: %v, want LimitExceededException", err)
+	}
+	clk.Advance(5 * time.Second)
+	second := subscribe(t, srv, consumer, "shardId-000000000000", pos)
+	next(t, second)
+}
+
 func testSubscribeShardEnd(t *testing.T, b Backend) {
 	srv := b.Server(t)
 	c := srv.Client()

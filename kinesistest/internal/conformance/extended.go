@@ -197,6 +197,30 @@ func testListShardsFilter(t *testing.T, b Backend) {
 	}
 }
 
+func testListStreamsPages(t *testing.T, b Backend) {
+	c := b.Server(t).Client()
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := c.CreateStream(ctx(t), &kinesis.CreateStreamInput{StreamName: aws.String(n), ShardCount: aws.Int32(1)}); err != nil {
+			t.Fatalf("CreateStream: %v", err)
+		}
+	}
+	var names []string
+	p := kinesis.NewListStreamsPaginator(c, &kinesis.ListStreamsInput{Limit: aws.Int32(2)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx(t))
+		if err != nil {
+			t.Fatalf("ListStreams: %v", err)
+		}
+		if len(page.StreamNames) > 2 || len(page.StreamSummaries) != len(page.StreamNames) {
+			t.Fatalf("a page of %d names and %d summaries, want at most 2 of each", len(page.StreamNames), len(page.StreamSummaries))
+		}
+		names = append(names, page.StreamNames...)
+	}
+	if !slices.Equal(names, []string{"a", "b", "c"}) {
+		t.Fatalf("listed %v, want [a b c]", names)
+	}
+}
+
 func testThrottleReads(t *testing.T, b Backend) {
 	clk := newClock()
 	c := b.Server(t, kinesistest.WithClock(clk.Now), kinesistest.WithLimits(true)).Client()
