@@ -23,9 +23,12 @@ endef
 # The examples and the benchmark command are modules of their own (examples/go.mod,
 # bench/go.mod), so that what they need (the OpenTelemetry SDK, a Prometheus exporter, the peer
 # consumer) stays out of the library's go.mod; vet-modules checks that they still build against
-# the library in this tree.
+# the library in this tree. test runs every package against kinesalite, then the root package's
+# integration tests again against kinesistest, the in-process server (KINESUB_KINESIS_BACKEND,
+# internal/testenv).
 test: vet-modules
-	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./...)
+	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./... && \
+	KINESUB_KINESIS_BACKEND=kinesistest $(GO) test -race -count=1 -timeout 12m .)
 
 # stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes
 # spin on the CPU beside it (as many as there are CPUs by default), and every test runs twice,

@@ -373,6 +373,18 @@ func TestSeekAtTimestampAfterNewest(t *testing.T) {
 	require.Equal(t, keyed(0, 3), payloads(recv(t, sub, 3, true)))
 	start := time.Now()
 	err = sub.Seeker().Seek(context.Background(), AtTimestamp(at))
+	if testenv.KinesisBackend() == "kinesistest" {
+		// The service answers with an iterator at the tip, as kinesistest does: nothing to
+		// redeliver, and the reader goes on from there.
+		require.NoError(t, err)
+		s.publish(1, 1)
+		require.Equal(t, keyed(3, 4), payloads(recv(t, sub, 1, true)))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		require.NoError(t, sub.Close(ctx))
+		done()
+		return
+	}
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	var se *ShardError
 	require.ErrorAs(t, err, &se)

@@ -157,7 +157,7 @@ func endToEndFigures() error {
 	if err := heapPass(ctx, client, stream, *heapCap); err != nil {
 		return fmt.Errorf("never-acking pass: %w", err)
 	}
-	return nil
+	return serverFigures(client)
 }
 
 func createStream(ctx context.Context, client *kinesis.Client, stream string, shards int32) ([]string, error) {

@@ -7,7 +7,10 @@
 //   - end to end on the local Kinesis server (kinesalite): records per second and client CPU per
 //     record against a hand-written GetRecords loop over the same shards, passes alternating;
 //   - checkpoint writes per 10,000 acks, coalesced against written on every advance;
-//   - peak heap with a consumer that never acks, against WithMaxInFlight × record size.
+//   - peak heap with a consumer that never acks, against WithMaxInFlight × record size;
+//   - GetRecords records per second served by kinesistest (in process) against kinesalite, and
+//     kinesub against the raw loop on kinesistest, where the emulator's cost does not hide
+//     the library's.
 //
 // It needs the local servers that `make bench` starts (AWS_ENDPOINT_URL_KINESIS, checked to
 // be on loopback, so it never touches real AWS). Run it with `make bench`.

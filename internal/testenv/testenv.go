@@ -88,9 +88,15 @@ func envOr(k, def string) string {
 	return def
 }
 
-// Kinesis returns a client for the local Kinesis server.
+// Kinesis returns a client for the local Kinesis server: kinesalite, or under
+// KINESUB_KINESIS_BACKEND=kinesistest the test binary's in-process kinesistest server.
 func Kinesis(t testing.TB) *kinesis.Client {
 	t.Helper()
+	if c, ok, err := inProcessKinesis(); err != nil {
+		t.Fatalf("%s: %v", KinesisBackendVar, err)
+	} else if ok {
+		return c
+	}
 	endpoint(t, KinesisEndpointVar)
 	return kinesis.NewFromConfig(loadConfig(t))
 }
