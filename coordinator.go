@@ -311,10 +311,14 @@ func (s *Subscriber) forget(w *worker, finished bool) {
 	s.nudge()
 }
 
-// sourceFor returns the source a new reader of shard id reads from.
-func (s *Subscriber) sourceFor(id string) shardSource {
+// sourceFor returns the source a new reader of shard w reads from.
+func (s *Subscriber) sourceFor(w *worker) shardSource {
+	id := w.id
 	if s.cfg.source != nil {
 		return s.cfg.source(id)
+	}
+	if s.cfg.fanOut != nil {
+		return s.newFanOut(id, w.seekNote)
 	}
 	return newPoller(s.client, s.ref, id, s.cfg.requestTimeout, s.cfg.pollInterval)
 }

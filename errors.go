@@ -43,6 +43,9 @@ var (
 	// subscription (or the shard) to where the new stream should be read from, subscribe with
 	// WithStartAt, or use a new lease table.
 	ErrCheckpointRejected = errors.New("kinesub: Kinesis rejected the stored checkpoint (stream re-created? Seek, subscribe WithStartAt, or use a new lease table)")
+	// ErrFanOutConsumer wraps Subscribe's error when WithEnhancedFanOut's stream consumer could
+	// not be found, registered or seen ACTIVE in time; the cause is wrapped too.
+	ErrFanOutConsumer = errors.New("kinesub: enhanced fan-out consumer not ready")
 	// ErrSeekPending wraps the error of a Seek whose caller's context ended after the seek
 	// took effect: the shards named in the error are moved (nothing fetched before the seek
 	// is delivered, the watermark is reset) and their readers open the new position on their
@@ -87,6 +90,7 @@ const (
 	OpHeartbeat        = "Heartbeat"        // renewing this subscriber's heartbeat row
 	OpDeleteHeartbeat  = "DeleteHeartbeat"  // deleting a heartbeat row (this owner's, or a departed one's)
 	OpSeek             = "Seek"             // repositioning a shard
+	OpSubscribeToShard = "SubscribeToShard" // reading a shard over enhanced fan-out
 )
 
 func (e *ShardError) Error() string {

@@ -39,6 +39,7 @@ type config struct {
 	initialPos         *Position
 	source             func(shard string) shardSource // nil: the GetRecords poller; set by tests
 	meterProvider      metric.MeterProvider
+	fanOut             *fanOutConfig // nil: poll with GetRecords (efo_options.go)
 
 	errs []error // collected while applying options, reported by validate
 }

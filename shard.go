@@ -164,7 +164,7 @@ func (w *worker) run() {
 		w.starting.Store(false)
 	}
 	// Until a response shows their size, records count as the largest the service takes.
-	src := w.sub.sourceFor(w.id)
+	src := w.sub.sourceFor(w)
 	defer src.close()
 	r := reader{w: w, src: src, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt, recordSize: maxRecordBytes,
 		ask: int(w.sub.cfg.batchSize)}

@@ -85,7 +85,7 @@ func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts 
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
 	}
-	return subscribe(ctx, client, stream, opts...)
+	return subscribe(ctx, client, stream, append(opts[:len(opts):len(opts)], withClientPerSubscription(client))...)
 }
 
 func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, opts ...Option) (*Subscriber, error) {
@@ -131,6 +131,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	}
 	s.seeker = &Seeker{s: s}
 	if err := s.ensureStream(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.registerFanOut(ctx); err != nil {
 		return nil, err
 	}
 	if err := s.checkStore(ctx); err != nil {

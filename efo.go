@@ -1,0 +1,215 @@
+package kinesub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gostream/kinesub/internal/kinesisiface"
+)
+
+// fanOut reads one shard over enhanced fan-out: a SubscribeToShard subscription whose events
+// are its pages. A subscription lives five minutes at most; the next one starts after the last
+// event's ContinuationSequenceNumber, so that nothing is skipped or read twice, and the records
+// of an event not yet handed to the reader stay held across the renewal.
+//
+// Like every shard source it is driven by its reader's goroutine only.
+type fanOut struct {
+	client      kinesisiface.Kinesis
+	consumerARN string
+	stream      streamRef
+	shard       string
+	timeout     time.Duration // for a subscription's initial response (WithRequestTimeout)
+	stallAfter  time.Duration // no event for this long, while the reader waits: dead
+	inUseRetry  time.Duration // the wait after ResourceInUseException, and between calls
+	report      func(error)   // a retried failure that next does not return, to Errors
+	// note is the shard's seek notification: a wait for the next event ends when it is armed,
+	// and re-arms it, so that the reader sees the seek at once.
+	note chan struct{}
+
+	at       Position // where the next subscription starts
+	lastCall time.Time
+	events   *kinesis.SubscribeToShardEventStream // nil: no live subscription
+	cancel   context.CancelFunc                   // ends events' request
+
+	held     []types.Record // records of the last event not yet returned
+	heldEnd  bool           // the last event was the shard's last: end once held is empty
+	children []string
+	behind   int64 // MillisBehindLatest of the last event
+}
+
+// newFanOut returns the fan-out source of the shard id, whose seek notification is note.
+func (s *Subscriber) newFanOut(id string, note chan struct{}) *fanOut {
+	f := s.cfg.fanOut
+	client := s.client
+	if f.newClient != nil {
+		client = meteredKinesis{k: f.newClient(), r: s.metrics.req}
+	}
+	return &fanOut{
+		client: client, consumerARN: f.arn, stream: s.ref, shard: id, timeout: s.cfg.requestTimeout,
+		stallAfter: f.stallAfter, inUseRetry: f.inUseRetry, note: note,
+		report: func(err error) {
+			s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpSubscribeToShard, Err: err})
+		},
+	}
+}
+
+// open subscribes at p. A subscription still held elsewhere (ResourceInUseException: the
+// shard's previous owner, or this reader's own previous subscription not yet ended) is not a
+// failure of the position: it is reported and retried by next at the one-per-second floor.
+func (f *fanOut) open(ctx context.Context, p Position) error {
+	f.end()
+	f.at, f.held, f.heldEnd, f.children = p, nil, false, nil
+	if wait := f.inUseRetry - time.Since(f.lastCall); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return &sourceError{op: OpSubscribeToShard, err: ctx.Err()}
+		}
+	}
+	err := f.subscribe(ctx)
+	if isInUse(err) {
+		f.report(err)
+		return nil
+	}
+	return err
+}
+
+// next returns the held records of the last event, or waits for the next event.
+func (f *fanOut) next(ctx context.Context, limit int) (page, error) {
+	if len(f.held) > 0 || f.heldEnd {
+		return f.take(limit), nil
+	}
+	if f.events == nil {
+		if wait := f.inUseRetry - time.Since(f.lastCall); wait > 0 {
+			return page{millisBehind: f.behind, pause: wait}, nil
+		}
+		if err := f.subscribe(ctx); err != nil {
+			if isInUse(err) {
+				f.report(err)
+				return page{millisBehind: f.behind, pause: f.inUseRetry}, nil
+			}
+			return page{}, err
+		}
+	}
+	// The deadline counts only time spent waiting here: a reader held back by its consumer
+	// (WithMaxInFlight) is not waiting, and the events wait for it in the stream.
+	stall := time.NewTimer(f.stallAfter)
+	defer stall.Stop()
+	select {
+	case ev, ok := <-f.events.Events():
+		if !ok {
+			err := f.events.Err()
+			f.end()
+			if err != nil {
+				return page{}, &sourceError{op: OpSubscribeToShard, err: err}
+			}
+			// The subscription's lifetime ended: the next call renews it.
+			return page{millisBehind: f.behind}, nil
+		}
+		if e, ok := ev.(*types.SubscribeToShardEventStreamMemberSubscribeToShardEvent); ok {
+			f.accept(&e.Value)
+		}
+		return f.take(limit), nil
+	case <-stall.C:
+		f.end()
+		return page{}, &sourceError{op: OpSubscribeToShard, err: fmt.Errorf("%w: no event for %v", errSubscriptionStalled, f.stallAfter)}
+	case <-f.note:
+		select {
+		case f.note <- struct{}{}:
+		default:
+		}
+		return page{millisBehind: f.behind}, nil
+	case <-ctx.Done():
+		return page{}, &sourceError{op: OpSubscribeToShard, err: ctx.Err()}
+	}
+}
+
+// errSubscriptionStalled: a subscription sent nothing for longer than the service's idle
+// events allow; it is abandoned and renewed from its last continuation.
+var errSubscriptionStalled = errors.New("kinesub: enhanced fan-out subscription stalled")
+
+// accept holds an event's records and notes where the next subscription starts.
+func (f *fanOut) accept(ev *types.SubscribeToShardEvent) {
+	f.held = append(f.held, ev.Records...)
+	f.behind = aws.ToInt64(ev.MillisBehindLatest)
+	switch {
+	case ev.ContinuationSequenceNumber != nil:
+		f.at = Position{kind: posAfter, sequence: *ev.ContinuationSequenceNumber}
+	case len(ev.Records) > 0:
+		f.at = Position{kind: posAfter, sequence: aws.ToString(ev.Records[len(ev.Records)-1].SequenceNumber)}
+	}
+	if len(ev.ChildShards) > 0 {
+		// The shard is closed and read to its end, as GetRecords' last page says with
+		// ChildShards and no next iterator.
+		f.heldEnd = true
+		for _, c := range ev.ChildShards {
+			f.children = append(f.children, aws.ToString(c.ShardId))
+		}
+		f.end()
+	}
+}
+
+// take returns up to limit held records as a page.
+func (f *fanOut) take(limit int) page {
+	n := min(limit, len(f.held))
+	pg := page{records: f.held[:n:n], millisBehind: f.behind}
+	f.held = f.held[n:]
+	if len(f.held) == 0 {
+		f.held = nil
+		if f.heldEnd {
+			pg.end, pg.children = true, f.children
+			f.heldEnd, f.children = false, nil
+		}
+	}
+	return pg
+}
+
+// subscribe starts a subscription at f.at and waits for its initial response.
+func (f *fanOut) subscribe(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	timedOut := time.AfterFunc(f.timeout, cancel)
+	f.lastCall = time.Now()
+	in := f.at.iteratorInput(f.stream, f.shard)
+	out, err := f.client.SubscribeToShard(sctx, &kinesis.SubscribeToShardInput{
+		ConsumerARN: aws.String(f.consumerARN), ShardId: aws.String(f.shard),
+		StartingPosition: &types.StartingPosition{Type: in.ShardIteratorType, SequenceNumber: in.StartingSequenceNumber, Timestamp: in.Timestamp},
+	}, noRetry)
+	if !timedOut.Stop() {
+		if err == nil {
+			_ = out.GetStream().Close()
+		}
+		cancel()
+		return &sourceError{op: OpSubscribeToShard, err: fmt.Errorf("no initial response within %v: %w", f.timeout, context.DeadlineExceeded)}
+	}
+	if err != nil {
+		cancel()
+		return &sourceError{op: OpSubscribeToShard, err: err}
+	}
+	f.events, f.cancel = out.GetStream(), cancel
+	return nil
+}
+
+// end ends the live subscription, if any, and releases its HTTP/2 stream.
+func (f *fanOut) end() {
+	if f.events == nil {
+		return
+	}
+	f.cancel()
+	_ = f.events.Close()
+	f.events, f.cancel = nil, nil
+}
+
+func (f *fanOut) close() { f.end() }
+
+func isInUse(err error) bool {
+	var inUse *types.ResourceInUseException
+	return err != nil && errors.As(err, &inUse)
+}
