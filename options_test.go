@@ -29,6 +29,9 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 		opt  Option
 		name string // the option the error must name
 	}{
+		{WithEnhancedFanOut(""), "WithEnhancedFanOut"},
+		{WithEnhancedFanOut("no spaces"), "WithEnhancedFanOut"},
+		{WithEnhancedFanOut(strings.Repeat("c", 129)), "WithEnhancedFanOut"},
 		{WithBatchSize(0), "WithBatchSize"},
 		{WithBatchSize(10001), "WithBatchSize"},
 		{WithPollInterval(0), "WithPollInterval"},

@@ -131,9 +131,9 @@ func TestCheckpointEveryAdvance(t *testing.T) {
 
 // consumeAcrossReshard publishes and consumes 300 records over 12 keys, reshards, then does
 // it again: every record arrives, per key in publish order without gaps, from all three shards.
-func consumeAcrossReshard(t *testing.T, s *stream, reshard func()) {
+func consumeAcrossReshard(t *testing.T, s *stream, reshard func(), opts ...Option) {
 	t.Helper()
-	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), append([]Option{WithStartAt(Horizon())}, opts...)...)...)
 	s.publish(300, 12)
 	var oc orderChecker
 	shards := map[string]int{}
