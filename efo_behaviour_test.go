@@ -204,3 +204,72 @@ func TestFanOutHandoverOnClose(t *testing.T) {
 	t.Logf("handover after Close took %v", took)
 	require.Less(t, took, 2*time.Second)
 }
+
+// TestFanOutRegistration: instances share one consumer, which outlives them; a consumer that
+// does not become ACTIVE in time fails Subscribe with ErrFanOutConsumer, naming it.
+func TestFanOutRegistration(t *testing.T) {
+	t.Run("shared and kept", func(t *testing.T) {
+		s, _ := newFanOutStream(t, 1, kinesistest.WithStatusDelay(100*time.Millisecond))
+		store := lease.NewMemory()
+		var subs []*Subscriber
+		for _, owner := range []string{"a", "b"} {
+			sub, err := Subscribe(context.Background(), s.c, s.name, fanOutOpts(store, WithOwner(owner))...)
+			require.NoError(t, err)
+			subs = append(subs, sub)
+		}
+		require.Equal(t, subs[0].cfg.fanOut.arn, subs[1].cfg.fanOut.arn)
+		for _, sub := range subs {
+			require.NoError(t, sub.Close(context.Background()))
+		}
+		out, err := s.c.ListStreamConsumers(context.Background(), &kinesis.ListStreamConsumersInput{StreamARN: aws.String(streamARN(t, s))})
+		require.NoError(t, err)
+		require.Len(t, out.Consumers, 1)
+		require.Equal(t, "app", aws.ToString(out.Consumers[0].ConsumerName))
+		require.Equal(t, types.ConsumerStatusActive, out.Consumers[0].ConsumerStatus)
+	})
+	t.Run("not active in time", func(t *testing.T) {
+		// The server's clock stands still once the stream is active: the consumer stays CREATING.
+		var frozen atomic.Pointer[time.Time]
+		clock := func() time.Time {
+			if at := frozen.Load(); at != nil {
+				return *at
+			}
+			return time.Now()
+		}
+		s, _ := newFanOutStream(t, 1, kinesistest.WithStatusDelay(50*time.Millisecond), kinesistest.WithClock(clock))
+		now := time.Now()
+		frozen.Store(&now)
+		_, err := Subscribe(context.Background(), s.c, s.name, fanOutOpts(lease.NewMemory(), func(c *config) {
+			c.fanOut.activeWithin = 200 * time.Millisecond
+		})...)
+		require.ErrorIs(t, err, ErrFanOutConsumer)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Contains(t, err.Error(), `"app"`)
+		require.Contains(t, err.Error(), "CREATING")
+	})
+}
+
+// TestFanOutFaults: subscriptions refused with throttles and 500s, or dropped before their
+// first event, are retried from where they stood: every record arrives exactly once, in order.
+func TestFanOutFaults(t *testing.T) {
+	plan := &kinesistest.FaultPlan{Seed: 7, Faults: []kinesistest.Fault{
+		{Op: "SubscribeToShard", Kind: kinesistest.DropConnection, Probability: 0.2},
+		{Op: "SubscribeToShard", Kind: kinesistest.InternalFailure, Probability: 0.2},
+		{Op: "SubscribeToShard", Kind: kinesistest.Throttle, Probability: 0.2},
+	}}
+	s, _ := newFanOutStream(t, 2, kinesistest.WithFaults(plan), kinesistest.WithSubscriptionLifetime(100*time.Millisecond))
+	var calls atomic.Int64
+	sub := subscribeT(t, s, fanOutOpts(lease.NewMemory(), WithInitialPosition(Horizon()), withSubscribeCounter(s.c, &calls))...)
+	var oc orderChecker
+	seen := map[string]bool{}
+	for range 5 {
+		s.publish(60, 6)
+		for _, m := range recv(t, sub, 60, true) {
+			require.False(t, seen[string(m.Data())], "%s delivered twice", m.Data())
+			seen[string(m.Data())] = true
+			oc.see(t, m)
+		}
+	}
+	none(t, sub)
+	t.Logf("%d SubscribeToShard calls", calls.Load())
+}
