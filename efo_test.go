@@ -153,3 +153,21 @@ func TestFanOutLifetimeRollover(t *testing.T) {
 	none(t, sub)
 	require.Greater(t, calls.Load(), int64(4), "subscriptions were renewed")
 }
+
+// TestFanOutMillisBehindLatest: an event's MillisBehindLatest shows in Shards.
+func TestFanOutMillisBehindLatest(t *testing.T) {
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	s, _ := newFanOutStream(t, 1, kinesistest.WithClock(clock))
+	big := make([]byte, 600<<10) // an event carries at most 1 MiB: one of these at a time
+	for range 3 {
+		s.put("k", big)
+	}
+	offset.Store(int64(time.Hour))
+	sub := subscribeT(t, s, fanOutOpts(lease.NewMemory(), WithInitialPosition(Horizon()), WithMaxInFlight(1))...)
+	recv(t, sub, 1, false)
+	eventually(t, 30*time.Second, "lag shown", func() bool {
+		st := sub.Shards()
+		return len(st) == 1 && st[0].MillisBehindLatest >= time.Hour.Milliseconds()
+	})
+}
