@@ -102,6 +102,19 @@
 // stream by the service (after the retention period), and the heartbeat rows of owners that
 // crashed, ten lease TTLs after they expired.
 //
+// # Enhanced fan-out
+//
+// WithEnhancedFanOut reads each held shard over SubscribeToShard through a registered stream
+// consumer instead of polling GetRecords: the consumer's own 2 MB/s per shard, and records
+// pushed within tens of milliseconds. Subscribe registers the consumer when missing and waits
+// until it is ACTIVE (ErrFanOutConsumer otherwise); instances share it, and kinesub never
+// deregisters it. Each subscription is renewed at the end of its five-minute lifetime from
+// its last continuation, abandoned and renewed after 35 s without an event while its reader
+// waits, and retried once a second while the service answers ResourceInUseException. Leases,
+// checkpoints, resharding, Seek and Close work as with polling. Each shard's subscriptions use
+// a client of their own built from the given client's options, as the SDK's event-stream
+// decoder is shared by a client's streams (aws/smithy-go#714).
+//
 // # Positions and seeking
 //
 // By default each shard resumes after its checkpoint, and a shard never read before opens at
