@@ -108,6 +108,10 @@ func (f *fanOut) next(ctx context.Context, limit int) (page, error) {
 		if !ok {
 			err := f.events.Err()
 			f.end()
+			if isInUse(err) {
+				f.report(err)
+				return page{millisBehind: f.behind, pause: f.inUseRetry}, nil
+			}
 			if err != nil {
 				return page{}, &sourceError{op: OpSubscribeToShard, err: err}
 			}
@@ -191,6 +195,11 @@ func (f *fanOut) subscribe(ctx context.Context) error {
 	}
 	if err != nil {
 		cancel()
+		var nf *types.ResourceNotFoundException
+		if errors.As(err, &nf) {
+			// Fatal, like a deleted stream: the consumer was deregistered, or the stream deleted.
+			err = fmt.Errorf("consumer %s: %w", f.consumerARN, err)
+		}
 		return &sourceError{op: OpSubscribeToShard, err: err}
 	}
 	f.events, f.cancel = out.GetStream(), cancel

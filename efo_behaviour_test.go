@@ -273,3 +273,28 @@ func TestFanOutFaults(t *testing.T) {
 	none(t, sub)
 	t.Logf("%d SubscribeToShard calls", calls.Load())
 }
+
+// TestFanOutConsumerDeregistered: a consumer deregistered under a running subscription ends
+// it, as a deleted stream does: Messages closes and Err names the consumer.
+func TestFanOutConsumerDeregistered(t *testing.T) {
+	s, _ := newFanOutStream(t, 1)
+	sub := subscribeT(t, s, fanOutOpts(lease.NewMemory(), WithInitialPosition(Horizon()))...)
+	s.publish(3, 1)
+	recv(t, sub, 3, true)
+	_, err := s.c.DeregisterStreamConsumer(context.Background(), &kinesis.DeregisterStreamConsumerInput{ConsumerARN: aws.String(sub.cfg.fanOut.arn)})
+	require.NoError(t, err)
+	deadline := time.After(time.Minute)
+	for open := true; open; {
+		select {
+		case m, ok := <-sub.Messages():
+			if ok {
+				t.Fatalf("delivered %q after deregistration", m.Data())
+			}
+			open = false
+		case <-deadline:
+			t.Fatal("Messages still open a minute after the consumer was deregistered")
+		}
+	}
+	require.ErrorIs(t, sub.Err(), ErrStreamNotFound)
+	require.Contains(t, sub.Err().Error(), sub.cfg.fanOut.arn)
+}
