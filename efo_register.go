@@ -32,6 +32,16 @@ func (s *Subscriber) registerFanOut(ctx context.Context) error {
 	registered := false
 	status := types.ConsumerStatus("")
 	var last error // the last retried failure, for the timeout's message
+	// expired says why the wait ended with ctx, with the last status and failure seen.
+	expired := func(err error) error {
+		why := fmt.Errorf("not ACTIVE within %v (status %q): %w", f.activeWithin, status, ctx.Err())
+		if last != nil {
+			why = fmt.Errorf("%w (last error: %w)", why, last)
+		} else if err != nil && !errors.Is(err, ctx.Err()) {
+			why = fmt.Errorf("%w (last error: %w)", why, err)
+		}
+		return fail("wait", why)
+	}
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 		out, err := s.client.DescribeStreamConsumer(cctx, &kinesis.DescribeStreamConsumerInput{
@@ -55,12 +65,15 @@ func (s *Subscriber) registerFanOut(ctx context.Context) error {
 				registered = true
 				continue // CREATING at once: describe it
 			}
-			if ctx.Err() != nil || isAccessDenied(err) {
+			if ctx.Err() != nil {
+				return expired(err)
+			}
+			if isAccessDenied(err) {
 				return fail("register", err)
 			}
 			last = err // throttled, or at the stream's consumer limit: retried until the bound
 		case ctx.Err() != nil:
-			return fail("describe", err)
+			return expired(err)
 		case classify(ctx, err) == errRejected || isAccessDenied(err):
 			return fail("describe", err)
 		default:
@@ -70,11 +83,7 @@ func (s *Subscriber) registerFanOut(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			why := fmt.Errorf("not ACTIVE within %v (status %q): %w", f.activeWithin, status, ctx.Err())
-			if last != nil {
-				why = fmt.Errorf("%w (last error: %w)", why, last)
-			}
-			return fail("wait", why)
+			return expired(nil)
 		case <-t.C:
 		}
 	}
