@@ -171,3 +171,22 @@ func TestFanOutMillisBehindLatest(t *testing.T) {
 		return len(st) == 1 && st[0].MillisBehindLatest >= time.Hour.Milliseconds()
 	})
 }
+
+// TestFanOutMetrics: the consumer calls and every SubscribeToShard are counted in
+// kinesub.requests, and the events' records in the consumed count.
+func TestFanOutMetrics(t *testing.T) {
+	s, _ := newFanOutStream(t, 2, kinesistest.WithSubscriptionLifetime(100*time.Millisecond))
+	mt := newMeters(t)
+	sub := subscribeT(t, s, fanOutOpts(lease.NewMemory(), WithInitialPosition(Horizon()), WithMeterProvider(mt.provider))...)
+	s.publish(20, 4)
+	recv(t, sub, 20, true)
+	ok := func(op string) float64 {
+		return mt.sum("kinesub.requests", string(attrOperation), op, string(attrOutcome), outcomeOK)
+	}
+	require.EqualValues(t, 1, ok("RegisterStreamConsumer"))
+	require.Positive(t, ok("DescribeStreamConsumer"))
+	// Renewals every 100 ms: more than one subscription per shard.
+	eventually(t, 30*time.Second, "renewals counted", func() bool { return ok("SubscribeToShard") > 2 })
+	require.Zero(t, ok("GetRecords"), "fan-out does not poll")
+	require.EqualValues(t, 20, mt.sum("messaging.client.consumed.messages"))
+}
