@@ -133,10 +133,10 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err := s.ensureStream(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.registerFanOut(ctx); err != nil {
+	if err := s.checkStore(ctx); err != nil {
 		return nil, err
 	}
-	if err := s.checkStore(ctx); err != nil {
+	if err := s.registerFanOut(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.startAt != nil {
