@@ -128,7 +128,9 @@ func TestBoundedInFlight(t *testing.T) {
 	s := newStream(t, 1)
 	s.publish(backlog, 16)
 	store := lease.NewMemory()
-	const ttl = 900 * time.Millisecond
+	// A TTL of seconds: on a busy machine the renewal goroutine may not run for a few hundred
+	// milliseconds, and a lease lost that way is not what this test is about.
+	const ttl = 3 * time.Second
 	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithOwner("slow"),
 		WithMaxInFlight(limit), WithBatchSize(batch), WithLeaseTTL(ttl))...)
 

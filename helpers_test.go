@@ -81,13 +81,16 @@ func (s *stream) shardIDs() []string {
 
 // testOpts are the short intervals integration tests run with. The request timeout is a
 // failure bound only: on a busy machine the emulator may take seconds to answer a large
-// GetRecords, and a shorter timeout would turn a slow read into one retried forever.
+// GetRecords, and a shorter timeout would turn a slow read into one retried forever. The lease
+// TTL is seconds for the same reason: a subscriber gives a shard up when a renewal has not
+// succeeded within 2/3 of it, and a busy machine can leave the renewal unscheduled for hundreds
+// of milliseconds. Tests of lease loss set their own TTL.
 func testOpts(store lease.Store, extra ...Option) []Option {
 	return append([]Option{
 		WithLeaseStore(store),
 		WithPollInterval(20 * time.Millisecond),
 		WithShardSyncInterval(100 * time.Millisecond),
-		WithLeaseTTL(900 * time.Millisecond),
+		WithLeaseTTL(3 * time.Second),
 		WithCheckpointInterval(50 * time.Millisecond),
 		WithRequestTimeout(30 * time.Second),
 	}, extra...)

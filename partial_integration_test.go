@@ -87,20 +87,27 @@ func TestMaxInFlightBytes(t *testing.T) {
 		s.put("k", bytes.Repeat([]byte{byte('a' + i)}, record))
 	}
 	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()), WithMaxInFlightBytes(limit))...)
+	// Take everything offered without acking, until the reader waits for acks and everything
+	// it fetched has been received.
 	var held []*Message
 	var st ShardStatus
+	deadline := time.After(time.Minute)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		select {
 		case m := <-sub.Messages():
 			held = append(held, m)
+			require.Less(t, len(held), n, "every record was delivered without acks")
 			continue
-		case <-time.After(20 * time.Millisecond):
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("reader not waiting for acks after a minute, %d records held: %+v", len(held), sub.Shards())
 		}
-		st = sub.Shards()[0]
-		if st.WaitingForAcks && st.InFlight == len(held) {
+		if sts := sub.Shards(); len(sts) == 1 && sts[0].WaitingForAcks && sts[0].InFlight == len(held) {
+			st = sts[0]
 			break
 		}
-		require.Less(t, len(held), n, "every record was delivered without acks")
 	}
 	t.Logf("held %d records, %d bytes, at a cap of %d bytes", len(held), st.InFlightBytes, limit)
 	require.LessOrEqual(t, st.InFlightBytes, limit+record, "at most the cap plus one record")

@@ -361,16 +361,17 @@ func TestSeekAtTimestampAfterNewest(t *testing.T) {
 	done := noLeaks(t)
 	s := newStream(t, 1)
 	s.publish(3, 1)
-	time.Sleep(100 * time.Millisecond)
-	// After the newest record, not in the future: kinesalite rejects a time later than its
-	// clock at once (InvalidArgumentException), and hangs on one between the newest record and
-	// now.
-	at := time.Now().Add(-20 * time.Millisecond)
 	sub, err := Subscribe(context.Background(), s.c, s.name,
 		testOpts(lease.NewMemory(), WithStartAt(Horizon()), WithRequestTimeout(3*time.Second))...)
 	require.NoError(t, err)
 	defer sub.Close(context.Background())
-	require.Equal(t, keyed(0, 3), payloads(recv(t, sub, 3, true)))
+	got := recv(t, sub, 3, true)
+	require.Equal(t, keyed(0, 3), payloads(got))
+	// Just after the newest record, which arrived before it was read, so not in the future:
+	// kinesalite rejects a time later than its clock at once (InvalidArgumentException), and
+	// hangs on one between the newest record and now.
+	at := got[2].ArrivalTime().Add(time.Millisecond)
+	require.True(t, time.Now().After(at), "newest record arrived at %v, in the future", got[2].ArrivalTime())
 	start := time.Now()
 	err = sub.Seeker().Seek(context.Background(), AtTimestamp(at))
 	if testenv.KinesisBackend() == "kinesistest" {
