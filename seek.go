@@ -215,6 +215,14 @@ func (r *reader) apply(cmd *seekCmd) {
 	w.markAt = nil // the seek, not the first open, decides where the shard is read from
 	r.isOpen = false
 	if err := r.src.open(r.ctx, cmd.pos); err != nil {
+		// Stopped while opening: say why, as reposition does, rather than "context canceled".
+		switch {
+		case r.ctx.Err() == nil:
+		case w.sub.runCtx.Err() != nil:
+			err = ErrClosed
+		default:
+			err = fmt.Errorf("%w: %s (lease lost or handed back during seek)", ErrShardNotOwned, w.id)
+		}
 		cmd.done <- &ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpSeek, Err: err}
 		r.failed(opOf(err, OpGetShardIterator), err)
 		return

@@ -593,3 +593,37 @@ func TestSeekAfterClose(t *testing.T) {
 	}
 	require.ErrorIs(t, sub.Seeker().Seek(context.Background(), Position{}), ErrInvalidPosition)
 }
+
+// TestSeekLeaseLostWhileOpening: a shard seek whose reader is stopped while it reopens the
+// shard (its lease was taken over meanwhile) fails with ErrShardNotOwned, not with the reader's
+// cancelled context.
+func TestSeekLeaseLostWhileOpening(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("seeklost", 1)
+		seqs := f.add(0, time.Now(), "a", "b")
+		store := lease.NewMemory()
+		sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithStartAt(Horizon()))...)
+		<-sub.Messages()
+		shard := f.shards[0].id
+		var calls atomic.Int32
+		f.setHooks(nil, func(ctx context.Context, in *kinesis.GetShardIteratorInput) error {
+			if in.ShardIteratorType == types.ShardIteratorTypeAtSequenceNumber && calls.Add(1) == 2 {
+				<-ctx.Done() // the reader's open, after Seek's own check of the target
+				return ctx.Err()
+			}
+			return nil
+		})
+		done := make(chan error, 1)
+		go func() { done <- sub.Seeker().Seek(context.Background(), AtSequence(shard, seqs[0])) }()
+		for calls.Load() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		l := readLease(t, store, "seeklost", shard)
+		ok, err := store.Steal(context.Background(), l.Key, "thief", l.Counter, time.Minute)
+		require.NoError(t, err)
+		require.True(t, ok)
+		err = <-done
+		require.ErrorIs(t, err, ErrShardNotOwned)
+		require.NotErrorIs(t, err, context.Canceled)
+	})
+}
