@@ -88,10 +88,9 @@ func (s *Subscriber) dispatch() {
 }
 
 // fenceDispatch returns once no consumer can be handed a delivery checked against a gate as it
-// was before the caller bumped it: a pull in progress has finished its check, and the
-// dispatcher, if it runs, has re-checked the delivery it holds.
+// was before the caller bumped it: the dispatcher, if it runs, has re-checked the delivery it
+// holds. A pull loop needs no fence: it checks each delivery as it yields it (handoff).
 func (s *Subscriber) fenceDispatch(ctx context.Context) error {
-	s.hand.fence()
 	s.dispatchMu.Lock()
 	running := s.dispatchState == dispatchRunning
 	s.dispatchMu.Unlock()

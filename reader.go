@@ -28,6 +28,7 @@ type reader struct {
 	// first user records (skipSub of them) of the aggregate skipSeq are not delivered.
 	skipSeq string
 	skipSub int
+	slots   []slot // scratch: the watermark slots of the page being delivered
 }
 
 // openedAt notes where the source was just opened, for the user records to skip.
@@ -253,22 +254,21 @@ func (r *reader) room() int {
 
 // deliver tracks a batch in the watermark and sends it to the dispatcher. It reports false when
 // interrupted by a seek or a stop: the rest of the batch is dropped, and the reader reopens.
+//
+// The page's Messages and watermark slots are built outside w.mu, so that acks of the shard's
+// earlier records do not wait for it; the lock is taken once, to track them all.
 func (r *reader) deliver(records []types.Record) bool {
 	if len(records) == 0 {
 		return true
 	}
 	w, s := r.w, r.w.sub
 	msgs := make([]Message, 0, len(records))
+	slots := r.slots[:0]
 	var bad []error
-	w.mu.Lock()
-	if w.gen != r.gen {
-		w.mu.Unlock()
-		return false
-	}
+	var badAt []int // slots of records that could not be decoded: handled at once
 	for i := range records {
 		rec := &records[i]
 		seq := aws.ToString(rec.SequenceNumber)
-		arrival := aws.ToTime(rec.ApproximateArrivalTimestamp)
 		// Only the first record read after opening inside an aggregate can be that aggregate.
 		skip := 0
 		if r.skipSeq != "" {
@@ -278,30 +278,33 @@ func (r *reader) deliver(records []types.Record) bool {
 			r.skipSeq, r.skipSub = "", 0
 		}
 		if !isAggregated(rec.Data) {
-			m := Message{sequence: seq, shard: w, gen: r.gen, partitionKey: aws.ToString(rec.PartitionKey), arrival: arrival}
-			m.headers, m.data = splitEnvelope(rec.Data)
-			if len(m.headers) == 0 {
-				m.headers = nil
+			msgs = append(msgs, Message{sequence: seq, shard: w, gen: r.gen, partitionKey: aws.ToString(rec.PartitionKey),
+				arrival: rec.ApproximateArrivalTimestamp, index: uint64(len(slots)), data: rec.Data})
+			if hasEnvelope(rec.Data) {
+				m := &msgs[len(msgs)-1]
+				m.headers, m.data = splitEnvelope(rec.Data)
+				if len(m.headers) == 0 {
+					m.headers = nil
+				}
 			}
-			m.index = w.wm.track(seq, 0, len(rec.Data))
-			msgs = append(msgs, m)
-			w.lastSeq = seq
+			slots = append(slots, slot{seq: seq, size: len(rec.Data)})
 			continue
 		}
 		subs, err := deaggregate(rec.Data)
 		if err != nil {
 			// Reported, not delivered, and handled at once so that the shard moves on.
-			w.wm.settle(w.wm.track(seq, 0, 0))
-			w.dirty = true
-			w.lastSeq = seq
+			badAt = append(badAt, len(slots))
+			slots = append(slots, slot{seq: seq})
 			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
 			continue
 		}
-		for j, sub := range subs {
+		for j := range subs {
 			if j < skip {
 				continue // handled before the checkpoint or seek that opened the shard here
 			}
-			m := Message{sequence: seq, sub: j, shard: w, gen: r.gen, partitionKey: sub.partitionKey, arrival: arrival}
+			sub := &subs[j]
+			m := Message{sequence: seq, sub: int32(j), shard: w, gen: r.gen, partitionKey: sub.partitionKey,
+				arrival: rec.ApproximateArrivalTimestamp, index: uint64(len(slots))}
 			m.headers, m.data = splitEnvelope(sub.data)
 			if len(m.headers) == 0 {
 				m.headers = nil
@@ -312,12 +315,27 @@ func (r *reader) deliver(records []types.Record) bool {
 			if next == len(subs) {
 				next = 0
 			}
-			m.index = w.wm.track(seq, next, len(sub.data))
 			msgs = append(msgs, m)
+			slots = append(slots, slot{seq: seq, sub: next, size: len(sub.data)})
 		}
-		w.lastSeq = seq
 	}
+	w.mu.Lock()
+	if w.gen != r.gen {
+		w.mu.Unlock()
+		return false
+	}
+	first := w.wm.trackAll(slots)
+	for _, at := range badAt {
+		w.wm.settle(first + uint64(at))
+		w.dirty = true
+	}
+	w.lastSeq = aws.ToString(records[len(records)-1].SequenceNumber)
 	w.mu.Unlock()
+	clear(slots) // the scratch keeps no sequence numbers alive
+	r.slots = slots[:0]
+	for i := range msgs {
+		msgs[i].index += first
+	}
 	for _, err := range bad {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpDecode, Err: err})
 	}

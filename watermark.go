@@ -36,6 +36,17 @@ func (w *watermark) track(seq string, sub, size int) uint64 {
 	return w.base + uint64(len(w.pending)-1)
 }
 
+// trackAll registers deliveries in order, as track does one, and returns the index of the
+// first: one append for a page instead of one per record.
+func (w *watermark) trackAll(slots []slot) uint64 {
+	first := w.base + uint64(len(w.pending))
+	w.pending = append(w.pending, slots...)
+	for i := range slots {
+		w.bytes += slots[i].size
+	}
+	return first
+}
+
 // settle marks delivery idx handled. It reports whether the watermark advanced; the new
 // checkpoint is then w.mark. An index never tracked, or already handled, changes nothing.
 func (w *watermark) settle(idx uint64) bool {
