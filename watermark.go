@@ -65,7 +65,6 @@ func (w *watermark) settle(idx uint64) bool {
 	for w.head < len(w.pending) && w.pending[w.head].handled {
 		w.mark, w.markSub = w.pending[w.head].seq, w.pending[w.head].sub
 		w.bytes -= w.pending[w.head].size
-		w.pending[w.head] = slot{}
 		w.head++
 		if w.head-1 != i {
 			w.settled--
@@ -79,6 +78,8 @@ func (w *watermark) settle(idx uint64) bool {
 // memory follows the number of unhandled deliveries rather than the number ever tracked.
 func (w *watermark) compact() {
 	if w.head == len(w.pending) {
+		// The popped slots are not cleared: what they hold is a few sequence numbers, bounded by
+		// the in-flight cap, and overwritten by the next deliveries.
 		w.base += uint64(w.head)
 		w.pending = w.pending[:0]
 		w.head = 0
