@@ -11,6 +11,12 @@ import (
 	"github.com/gostream/kinesub/lease"
 )
 
+// pacer is a source whose calls are rate limited: the reader waits for a call's turn before it
+// sizes the call (room), so that the size counts the acks made during the wait.
+type pacer interface {
+	pace(ctx context.Context) error
+}
+
 // reader is the state of one shard's read loop.
 type reader struct {
 	w      *worker
@@ -55,6 +61,12 @@ func (r *reader) loop() bool {
 		}
 		if !r.waitRoom() {
 			continue
+		}
+		if pc, ok := r.src.(pacer); ok {
+			if err := pc.pace(r.ctx); err != nil {
+				r.failed(OpGetRecords, err)
+				continue
+			}
 		}
 		// Ask for no more than the caps have room for, so that a page does not carry the shard
 		// past them.
@@ -235,8 +247,9 @@ func (r *reader) waitUntil(ok func() bool) bool {
 }
 
 // room returns how many more deliveries the shard may take before its caps: at least one, as
-// only this reader adds deliveries and it calls room after waitRoom. The byte cap is turned
-// into a count with the size of the records last fetched.
+// only this reader adds deliveries and it calls room after waitRoom. Where the byte cap is
+// within a response's size of being reached, it is turned into a count with the size of the
+// records last fetched.
 func (r *reader) room() int {
 	w := r.w
 	w.mu.Lock()
@@ -246,8 +259,11 @@ func (r *reader) room() int {
 		return c.maxInFlight
 	}
 	n := c.maxInFlight - w.wm.unsettled()
-	if r.recordSize > 0 {
-		n = min(n, (c.maxInFlightBytes-w.wm.bytes)/r.recordSize)
+	// No page carries more than the largest response: with that much free, any page fits, and
+	// the first call (sized with the largest record, as none has been seen yet) is not cut to
+	// a few dozen records.
+	if free := c.maxInFlightBytes - w.wm.bytes; free < maxResponseBytes && r.recordSize > 0 {
+		n = min(n, free/r.recordSize)
 	}
 	return max(n, 1)
 }
