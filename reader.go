@@ -297,6 +297,9 @@ func (r *reader) deliver(records []types.Record) bool {
 			r.skipSeq, r.skipSub = "", 0
 		}
 		if !isAggregated(rec.Data) {
+			if n == len(msgs) {
+				msgs = growPage(msgs)
+			}
 			m := &msgs[n]
 			n++
 			m.sequence, m.shard, m.gen, m.index, m.arrival = seq, w, r.gen, uint64(len(slots)), rec.ApproximateArrivalTimestamp
@@ -311,7 +314,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			} else {
 				m.data = rec.Data
 			}
-			slots = append(slots, slot{seq: seq, size: len(rec.Data)})
+			slots = append(slots, slot{seq: seq, size: int32(len(rec.Data))})
 			continue
 		}
 		subs, err := deaggregate(rec.Data)
@@ -328,8 +331,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			}
 			sub := &subs[j]
 			if n == len(msgs) {
-				msgs = append(msgs, Message{}) // an aggregate holds more than one user record
-				msgs = msgs[:cap(msgs)]
+				msgs = growPage(msgs)
 			}
 			m := &msgs[n]
 			n++
@@ -345,7 +347,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			if next == len(subs) {
 				next = 0
 			}
-			slots = append(slots, slot{seq: seq, sub: next, size: len(sub.data)})
+			slots = append(slots, slot{seq: seq, sub: int32(next), size: int32(len(sub.data))})
 		}
 	}
 	w.mu.Lock()
@@ -380,6 +382,13 @@ func (r *reader) deliver(records []types.Record) bool {
 		w.renote()
 	}
 	return false
+}
+
+// growPage makes room for more Messages than the page had records: its aggregates held more
+// than one user record each.
+func growPage(msgs []Message) []Message {
+	msgs = append(msgs, Message{})
+	return msgs[:cap(msgs)]
 }
 
 // finish completes a shard that returned its last records: once every delivery is settled,

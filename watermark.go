@@ -23,15 +23,15 @@ type watermark struct {
 // of its user records that makes handled).
 type slot struct {
 	seq     string
-	sub     int
-	size    int
+	sub     int32 // user records of an aggregate: far fewer than 2^31
+	size    int32 // bytes of one record: at most 1 MiB
 	handled bool
 }
 
 // track registers a delivery carrying size bytes, whose handling moves the checkpoint to
 // (seq, sub), and returns its index.
 func (w *watermark) track(seq string, sub, size int) uint64 {
-	w.pending = append(w.pending, slot{seq: seq, sub: sub, size: size})
+	w.pending = append(w.pending, slot{seq: seq, sub: int32(sub), size: int32(size)})
 	w.bytes += size
 	return w.base + uint64(len(w.pending)-1)
 }
@@ -42,7 +42,7 @@ func (w *watermark) trackAll(slots []slot) uint64 {
 	first := w.base + uint64(len(w.pending))
 	w.pending = append(w.pending, slots...)
 	for i := range slots {
-		w.bytes += slots[i].size
+		w.bytes += int(slots[i].size)
 	}
 	return first
 }
@@ -63,13 +63,14 @@ func (w *watermark) settle(idx uint64) bool {
 		return false
 	}
 	for w.head < len(w.pending) && w.pending[w.head].handled {
-		w.mark, w.markSub = w.pending[w.head].seq, w.pending[w.head].sub
-		w.bytes -= w.pending[w.head].size
+		w.bytes -= int(w.pending[w.head].size)
 		w.head++
 		if w.head-1 != i {
 			w.settled--
 		}
 	}
+	last := &w.pending[w.head-1]
+	w.mark, w.markSub = last.seq, int(last.sub)
 	w.compact()
 	return true
 }
