@@ -121,8 +121,9 @@ func (s *Subscriber) reclaim(queue []*Message, all bool) []*Message {
 }
 
 // fenceDispatch returns once no consumer can be handed a delivery checked against a gate as it
-// was before the caller bumped it: the dispatcher, if it runs, has re-checked the delivery it
-// holds. A pull loop needs no fence: it checks each delivery as it yields it (handoff).
+// was before the caller bumped it: the dispatcher, if it runs, has taken back what waits in the
+// Messages buffer and re-checked that and what it holds. A pull loop needs no fence: it checks
+// each delivery as it yields it (handoff).
 func (s *Subscriber) fenceDispatch(ctx context.Context) error {
 	s.dispatchMu.Lock()
 	running := s.dispatchState == dispatchRunning
