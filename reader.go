@@ -362,8 +362,7 @@ func (r *reader) deliver(records []types.Record) bool {
 	}
 	w.lastSeq = aws.ToString(records[len(records)-1].SequenceNumber)
 	w.mu.Unlock()
-	clear(slots) // the scratch keeps no sequence numbers alive
-	r.slots = slots[:0]
+	r.slots = slots[:0] // kept for the next page; it holds on to one page's sequence numbers at most
 	msgs = msgs[:n]
 	for i := range msgs {
 		msgs[i].index += first
