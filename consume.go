@@ -102,21 +102,29 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 	if w.closed() {
 		return ErrClosed
 	}
-	n := 0
+	n, untimed := 0, int64(0)
 	advanced := false
 	w.mu.Lock()
+	current := ms[0].gen == w.gen // a batch is one page: one generation
 	for _, m := range ms {
 		if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
 			continue
 		}
 		n++
-		w.stats.settled(ctx, m, false, false)
-		if m.gen == w.gen && w.wm.settle(m.index) {
+		if atomic.LoadInt64(&m.handed) != 0 {
+			w.stats.settled(ctx, m, false, false) // sampled for the settle-time histogram
+		} else {
+			untimed++
+		}
+		if current && w.wm.settle(m.index) {
 			advanced = true
 		}
 	}
 	roomy := w.noteSettled(advanced)
 	w.mu.Unlock()
+	if w.stats != nil {
+		w.stats.acked.Add(untimed) // counted at once, as the others would be one by one
+	}
 	w.handedOut.Add(-int64(n))
 	return w.settled(ctx, advanced, roomy)
 }

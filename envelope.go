@@ -148,7 +148,7 @@ func lowerName(name string) string {
 
 // parseEnvelope reports whether data is an envelope and returns its header block.
 func parseEnvelope(data []byte) (block []byte, ok bool) {
-	if len(data) < envelopePrefix || string(data[:len(envelopeMagic)]) != envelopeMagic {
+	if !hasEnvelope(data) {
 		return nil, false
 	}
 	n := binary.BigEndian.Uint32(data[len(envelopeMagic):envelopePrefix])
@@ -156,4 +156,10 @@ func parseEnvelope(data []byte) (block []byte, ok bool) {
 		return nil, false
 	}
 	return data[envelopePrefix : envelopePrefix+int(n)], true
+}
+
+// hasEnvelope reports whether data begins as an envelope does: the cheap test that most records,
+// which carry no headers, fail.
+func hasEnvelope(data []byte) bool {
+	return len(data) >= envelopePrefix && string(data[:len(envelopeMagic)]) == envelopeMagic
 }

@@ -2,23 +2,23 @@ package kinesub
 
 import (
 	"context"
-	"sync"
 )
 
 // handoff is where deliveries pass from the readers to the consumer, whichever way it consumes:
 // the dispatcher behind Messages (dispatch.go) or a pull loop (All, Batches in consume.go). Pages
 // arrive on in; what is left of the current one waits in rest, so a consumer that stops pulling
-// leaves it for the next. One consumer pulls at a time: it holds the token.
+// leaves it for the next. One consumer pulls at a time: it holds the token, and with it rest.
 //
-// Every delivery is checked against its shard's generation gate when it is pulled, under mu;
-// a fence (Seek, a lost lease, Close) bumps the gate first and then takes mu, so once the fence
-// returns no delivery fetched before it is pulled.
+// Every delivery is checked against its shard's generation gate when it is pulled: counted as
+// handed out first, then checked (and uncounted if stale). A fence (Seek, a lost lease, Close)
+// bumps the gate first and then reads the count: of the two, one sees the other's write, so
+// either the pull finds the delivery stale or the fence counts it. No lock is taken per record.
 type handoff struct {
 	in    chan []Message // readers → consumer, a page at a time
 	token chan struct{}  // holds one token; the consumer pulling has taken it
 
-	mu   sync.Mutex
-	rest []Message // what is left of one page: one shard, one generation
+	rest []Message // the current page: one shard, one generation; owned by the token's holder
+	next int       // rest[next:] is left to pull
 }
 
 func newHandoff(pages int) *handoff {
@@ -30,48 +30,42 @@ func newHandoff(pages int) *handoff {
 // take returns the next delivery of rest whose shard has not moved on since it was fetched,
 // counted as handed out, or nil when rest holds none.
 func (h *handoff) take() *Message {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if len(h.rest) == 0 {
+	if h.next >= len(h.rest) {
 		return nil
 	}
-	m := &h.rest[0]
-	if m.gen != m.shard.gate.Load() {
-		h.rest = nil // one page is one shard and one generation: all of it is stale
+	m := &h.rest[h.next]
+	w := m.shard
+	w.handedOut.Add(1)
+	if m.gen != w.gate.Load() {
+		w.handedOut.Add(-1)
+		h.drop() // one page is one shard and one generation: all of it is stale
 		return nil
 	}
-	h.rest = h.rest[1:]
-	m.shard.handedOut.Add(1)
+	h.next++
 	return m
 }
 
 // takeAll returns what is left of the current page, counted as handed out, or nil when nothing
 // is left or the page is stale.
 func (h *handoff) takeAll() []Message {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	page := h.rest
-	h.rest = nil
-	if len(page) == 0 || page[0].gen != page[0].shard.gate.Load() {
+	page := h.rest[min(h.next, len(h.rest)):]
+	h.drop()
+	if len(page) == 0 {
 		return nil
 	}
-	page[0].shard.handedOut.Add(int64(len(page)))
+	w := page[0].shard
+	w.handedOut.Add(int64(len(page)))
+	if page[0].gen != w.gate.Load() {
+		w.handedOut.Add(-int64(len(page)))
+		return nil
+	}
 	return page
 }
 
 // refill makes page the current one.
-func (h *handoff) refill(page []Message) {
-	h.mu.Lock()
-	h.rest = page
-	h.mu.Unlock()
-}
+func (h *handoff) refill(page []Message) { h.rest, h.next = page, 0 }
 
-// fence returns once no pull is checking a delivery against a gate as it was before the
-// caller bumped it.
-func (h *handoff) fence() {
-	h.mu.Lock()
-	h.mu.Unlock() //nolint:staticcheck // an empty critical section: waiting for the one in progress
-}
+func (h *handoff) drop() { h.rest, h.next = nil, 0 }
 
 // wait blocks until a page arrives (true), or ctx or stop ends first (false).
 func (h *handoff) wait(ctx context.Context, stop <-chan struct{}) bool {

@@ -14,13 +14,13 @@ type Message struct {
 	headers      map[string]string // nil when the record carried none
 	partitionKey string
 	sequence     string
-	sub          int // position within a KPL aggregate
-	arrival      time.Time
+	arrival      *time.Time // the record's own, as the client decoded it; nil when it had none
 	shard        *worker
 	gen          uint64 // the shard's generation when the record was fetched
 	index        uint64 // position in the shard's watermark
-	settled      uint32 // set once, atomically, by Ack or Nack (a plain word so pages of Messages can be built by value)
 	handed       int64  // when it was handed to the consumer, in Unix ns; atomic, 0 until then (metrics)
+	sub          int32  // position within a KPL aggregate
+	settled      uint32 // set once, atomically, by Ack or Nack (a plain word so pages of Messages can be built by value)
 }
 
 // Data returns the record's payload, without the header envelope.
@@ -43,7 +43,7 @@ func (m *Message) SequenceNumber() string { return m.sequence }
 
 // SubSequenceNumber returns the position of the record within the KPL-aggregated record it
 // arrived in (whose SequenceNumber it shares), and 0 for a record that was not aggregated.
-func (m *Message) SubSequenceNumber() int { return m.sub }
+func (m *Message) SubSequenceNumber() int { return int(m.sub) }
 
 // ShardID returns the id of the shard the record was read from.
 func (m *Message) ShardID() string {
@@ -54,12 +54,17 @@ func (m *Message) ShardID() string {
 }
 
 // ArrivalTime returns when the service accepted the record.
-func (m *Message) ArrivalTime() time.Time { return m.arrival }
+func (m *Message) ArrivalTime() time.Time {
+	if m.arrival == nil {
+		return time.Time{}
+	}
+	return *m.arrival
+}
 
 // Position returns the shard-scoped position of this record: seeking there delivers it again,
 // and the records after it. For a user record of a KPL aggregate that is AtSubSequence: the
 // aggregate's earlier user records are not delivered again.
-func (m *Message) Position() Position { return AtSubSequence(m.ShardID(), m.sequence, m.sub) }
+func (m *Message) Position() Position { return AtSubSequence(m.ShardID(), m.sequence, int(m.sub)) }
 
 // Ack marks the message handled. The shard's checkpoint may then advance over it: the
 // watermark moves over the contiguous handled prefix, and the shard's flusher writes it to the

@@ -13,9 +13,10 @@ import (
 
 // Service limits a poller keeps to on its shard.
 const (
-	getRecordsPerSecond = 5        // GetRecords calls per second per shard
-	bytesPerSecond      = 2 << 20  // read throughput per shard
-	bytesBurst          = 10 << 20 // the largest response; a larger read pauses the shard
+	getRecordsPerSecond = 5                // GetRecords calls per second per shard
+	bytesPerSecond      = 2 << 20          // read throughput per shard
+	maxResponseBytes    = 10 << 20         // the most record data one GetRecords response carries
+	bytesBurst          = maxResponseBytes // the byte budget holds one; reads past it pause the shard
 )
 
 // poller reads one shard with GetShardIterator and GetRecords, within the shard's call rate
@@ -29,6 +30,7 @@ type poller struct {
 	iter    *string
 	calls   *rate.Limiter
 	bytes   *rate.Limiter
+	paced   bool // pace has waited for the next call's turn
 }
 
 func newPoller(client kinesisiface.Kinesis, stream streamRef, shard string, timeout, idle time.Duration) *poller {
@@ -51,10 +53,26 @@ func (p *poller) open(ctx context.Context, at Position) error {
 	return nil
 }
 
-func (p *poller) next(ctx context.Context, limit int) (page, error) {
-	if err := p.calls.Wait(ctx); err != nil {
-		return page{}, &sourceError{op: OpGetRecords, err: err}
+// pace waits for the next GetRecords call's turn under the shard's call rate, so that the
+// reader sizes the call afterwards, with the room that acks made meanwhile: sized before the
+// wait, a call would ask for what was free up to 200 ms earlier, and at 5 calls a second the
+// pages it leaves short cap the shard's throughput.
+func (p *poller) pace(ctx context.Context) error {
+	if p.paced {
+		return nil
 	}
+	if err := p.calls.Wait(ctx); err != nil {
+		return &sourceError{op: OpGetRecords, err: err}
+	}
+	p.paced = true
+	return nil
+}
+
+func (p *poller) next(ctx context.Context, limit int) (page, error) {
+	if err := p.pace(ctx); err != nil {
+		return page{}, err
+	}
+	p.paced = false
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit)), StreamARN: p.stream.streamARN()}, noRetry)
 	cancel()

@@ -11,6 +11,12 @@ import (
 	"github.com/gostream/kinesub/lease"
 )
 
+// pacer is a source whose calls are rate limited: the reader waits for a call's turn before it
+// sizes the call (room), so that the size counts the acks made during the wait.
+type pacer interface {
+	pace(ctx context.Context) error
+}
+
 // reader is the state of one shard's read loop.
 type reader struct {
 	w      *worker
@@ -28,6 +34,7 @@ type reader struct {
 	// first user records (skipSub of them) of the aggregate skipSeq are not delivered.
 	skipSeq string
 	skipSub int
+	slots   []slot // scratch: the watermark slots of the page being delivered
 }
 
 // openedAt notes where the source was just opened, for the user records to skip.
@@ -54,6 +61,12 @@ func (r *reader) loop() bool {
 		}
 		if !r.waitRoom() {
 			continue
+		}
+		if pc, ok := r.src.(pacer); ok {
+			if err := pc.pace(r.ctx); err != nil {
+				r.failed(OpGetRecords, err)
+				continue
+			}
 		}
 		// Ask for no more than the caps have room for, so that a page does not carry the shard
 		// past them.
@@ -234,8 +247,9 @@ func (r *reader) waitUntil(ok func() bool) bool {
 }
 
 // room returns how many more deliveries the shard may take before its caps: at least one, as
-// only this reader adds deliveries and it calls room after waitRoom. The byte cap is turned
-// into a count with the size of the records last fetched.
+// only this reader adds deliveries and it calls room after waitRoom. Where the byte cap is
+// within a response's size of being reached, it is turned into a count with the size of the
+// records last fetched.
 func (r *reader) room() int {
 	w := r.w
 	w.mu.Lock()
@@ -245,30 +259,35 @@ func (r *reader) room() int {
 		return c.maxInFlight
 	}
 	n := c.maxInFlight - w.wm.unsettled()
-	if r.recordSize > 0 {
-		n = min(n, (c.maxInFlightBytes-w.wm.bytes)/r.recordSize)
+	// No page carries more than the largest response: with that much free, any page fits, and
+	// the first call (sized with the largest record, as none has been seen yet) is not cut to
+	// a few dozen records.
+	if free := c.maxInFlightBytes - w.wm.bytes; free < maxResponseBytes && r.recordSize > 0 {
+		n = min(n, free/r.recordSize)
 	}
 	return max(n, 1)
 }
 
 // deliver tracks a batch in the watermark and sends it to the dispatcher. It reports false when
 // interrupted by a seek or a stop: the rest of the batch is dropped, and the reader reopens.
+//
+// The page's Messages and watermark slots are built outside w.mu, so that acks of the shard's
+// earlier records do not wait for it; the lock is taken once, to track them all.
 func (r *reader) deliver(records []types.Record) bool {
 	if len(records) == 0 {
 		return true
 	}
 	w, s := r.w, r.w.sub
-	msgs := make([]Message, 0, len(records))
+	// Built in place: fields written one by one into the page cost less, while a collection
+	// runs, than whole Messages copied in (a bulk write barrier each).
+	msgs := make([]Message, len(records))
+	n := 0
+	slots := r.slots[:0]
 	var bad []error
-	w.mu.Lock()
-	if w.gen != r.gen {
-		w.mu.Unlock()
-		return false
-	}
+	var badAt []int // slots of records that could not be decoded: handled at once
 	for i := range records {
 		rec := &records[i]
 		seq := aws.ToString(rec.SequenceNumber)
-		arrival := aws.ToTime(rec.ApproximateArrivalTimestamp)
 		// Only the first record read after opening inside an aggregate can be that aggregate.
 		skip := 0
 		if r.skipSeq != "" {
@@ -278,30 +297,46 @@ func (r *reader) deliver(records []types.Record) bool {
 			r.skipSeq, r.skipSub = "", 0
 		}
 		if !isAggregated(rec.Data) {
-			m := Message{sequence: seq, shard: w, gen: r.gen, partitionKey: aws.ToString(rec.PartitionKey), arrival: arrival}
-			m.headers, m.data = splitEnvelope(rec.Data)
-			if len(m.headers) == 0 {
-				m.headers = nil
+			if n == len(msgs) {
+				msgs = growPage(msgs)
 			}
-			m.index = w.wm.track(seq, 0, len(rec.Data))
-			msgs = append(msgs, m)
-			w.lastSeq = seq
+			m := &msgs[n]
+			n++
+			m.sequence, m.shard, m.gen, m.index, m.arrival = seq, w, r.gen, uint64(len(slots)), rec.ApproximateArrivalTimestamp
+			if rec.PartitionKey != nil {
+				m.partitionKey = *rec.PartitionKey
+			}
+			if hasEnvelope(rec.Data) {
+				m.headers, m.data = splitEnvelope(rec.Data)
+				if len(m.headers) == 0 {
+					m.headers = nil
+				}
+			} else {
+				m.data = rec.Data
+			}
+			slots = append(slots, slot{seq: seq, size: int32(len(rec.Data))})
 			continue
 		}
 		subs, err := deaggregate(rec.Data)
 		if err != nil {
 			// Reported, not delivered, and handled at once so that the shard moves on.
-			w.wm.settle(w.wm.track(seq, 0, 0))
-			w.dirty = true
-			w.lastSeq = seq
+			badAt = append(badAt, len(slots))
+			slots = append(slots, slot{seq: seq})
 			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
 			continue
 		}
-		for j, sub := range subs {
+		for j := range subs {
 			if j < skip {
 				continue // handled before the checkpoint or seek that opened the shard here
 			}
-			m := Message{sequence: seq, sub: j, shard: w, gen: r.gen, partitionKey: sub.partitionKey, arrival: arrival}
+			sub := &subs[j]
+			if n == len(msgs) {
+				msgs = growPage(msgs)
+			}
+			m := &msgs[n]
+			n++
+			m.sequence, m.sub, m.shard, m.gen, m.index = seq, int32(j), w, r.gen, uint64(len(slots))
+			m.partitionKey, m.arrival = sub.partitionKey, rec.ApproximateArrivalTimestamp
 			m.headers, m.data = splitEnvelope(sub.data)
 			if len(m.headers) == 0 {
 				m.headers = nil
@@ -312,12 +347,26 @@ func (r *reader) deliver(records []types.Record) bool {
 			if next == len(subs) {
 				next = 0
 			}
-			m.index = w.wm.track(seq, next, len(sub.data))
-			msgs = append(msgs, m)
+			slots = append(slots, slot{seq: seq, sub: int32(next), size: int32(len(sub.data))})
 		}
-		w.lastSeq = seq
 	}
+	w.mu.Lock()
+	if w.gen != r.gen {
+		w.mu.Unlock()
+		return false
+	}
+	first := w.wm.trackAll(slots)
+	for _, at := range badAt {
+		w.wm.settle(first + uint64(at))
+		w.dirty = true
+	}
+	w.lastSeq = aws.ToString(records[len(records)-1].SequenceNumber)
 	w.mu.Unlock()
+	r.slots = slots[:0] // kept for the next page; it holds on to one page's sequence numbers at most
+	msgs = msgs[:n]
+	for i := range msgs {
+		msgs[i].index += first
+	}
 	for _, err := range bad {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpDecode, Err: err})
 	}
@@ -332,6 +381,13 @@ func (r *reader) deliver(records []types.Record) bool {
 		w.renote()
 	}
 	return false
+}
+
+// growPage makes room for more Messages than the page had records: its aggregates held more
+// than one user record each.
+func growPage(msgs []Message) []Message {
+	msgs = append(msgs, Message{})
+	return msgs[:cap(msgs)]
 }
 
 // finish completes a shard that returned its last records: once every delivery is settled,

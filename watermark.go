@@ -23,17 +23,28 @@ type watermark struct {
 // of its user records that makes handled).
 type slot struct {
 	seq     string
-	sub     int
-	size    int
+	sub     int32 // user records of an aggregate: far fewer than 2^31
+	size    int32 // bytes of one record: at most 1 MiB
 	handled bool
 }
 
 // track registers a delivery carrying size bytes, whose handling moves the checkpoint to
 // (seq, sub), and returns its index.
 func (w *watermark) track(seq string, sub, size int) uint64 {
-	w.pending = append(w.pending, slot{seq: seq, sub: sub, size: size})
+	w.pending = append(w.pending, slot{seq: seq, sub: int32(sub), size: int32(size)})
 	w.bytes += size
 	return w.base + uint64(len(w.pending)-1)
+}
+
+// trackAll registers deliveries in order, as track does one, and returns the index of the
+// first: one append for a page instead of one per record.
+func (w *watermark) trackAll(slots []slot) uint64 {
+	first := w.base + uint64(len(w.pending))
+	w.pending = append(w.pending, slots...)
+	for i := range slots {
+		w.bytes += int(slots[i].size)
+	}
+	return first
 }
 
 // settle marks delivery idx handled. It reports whether the watermark advanced; the new
@@ -52,14 +63,14 @@ func (w *watermark) settle(idx uint64) bool {
 		return false
 	}
 	for w.head < len(w.pending) && w.pending[w.head].handled {
-		w.mark, w.markSub = w.pending[w.head].seq, w.pending[w.head].sub
-		w.bytes -= w.pending[w.head].size
-		w.pending[w.head] = slot{}
+		w.bytes -= int(w.pending[w.head].size)
 		w.head++
 		if w.head-1 != i {
 			w.settled--
 		}
 	}
+	last := &w.pending[w.head-1]
+	w.mark, w.markSub = last.seq, int(last.sub)
 	w.compact()
 	return true
 }
@@ -68,6 +79,8 @@ func (w *watermark) settle(idx uint64) bool {
 // memory follows the number of unhandled deliveries rather than the number ever tracked.
 func (w *watermark) compact() {
 	if w.head == len(w.pending) {
+		// The popped slots are not cleared: what they hold is a few sequence numbers, bounded by
+		// the in-flight cap, and overwritten by the next deliveries.
 		w.base += uint64(w.head)
 		w.pending = w.pending[:0]
 		w.head = 0
