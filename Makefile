@@ -61,7 +61,7 @@ chaos:
 # Go consumer). bench/ is a module of its own, so the peer stays out of the library's go.mod.
 # Pass flags with BENCHFLAGS, e.g. make bench BENCHFLAGS='-pairs 3 -records 50000'.
 bench:
-	$(call with-emulators, cd bench && $(GO) run . $(BENCHFLAGS))
+	$(call with-emulators, (cd bench && $(GO) run . $(BENCHFLAGS)))
 
 emulators-up:
 	$(EMU) up

@@ -30,14 +30,9 @@ func (s *Subscriber) Messages() <-chan *Message {
 	return s.out
 }
 
-// outBuffer is the depth of the Messages channel. A buffer lets the dispatcher run ahead of the
-// consumer instead of parking on every record; it is small, as a fence takes back what is in it.
-const outBuffer = 64
-
 // dispatch hands deliveries to the consumer through Messages, dropping those whose shard has
-// moved on (sought, lost, closing) since they were fetched. A fence makes it take back what the
-// consumer has not received from the channel's buffer and re-check that and what it holds, so
-// nothing fetched before a seek reaches the consumer after it.
+// moved on (sought, lost, closing) since they were fetched. A fence makes it re-check the
+// delivery it holds, so nothing fetched before a seek reaches the consumer after it.
 func (s *Subscriber) dispatch() {
 	defer s.keepers.Done()
 	defer close(s.dispatchDone)
@@ -54,16 +49,15 @@ func (s *Subscriber) dispatch() {
 			close(ack)
 		}
 	}
-	// queue holds what was taken and not yet sent, oldest first; a fence puts back in front of
-	// it what it takes back from the channel's buffer. Everything in it or in the buffer is
-	// counted as handed out, and stops being counted when dropped.
-	var queue []*Message
-	spare := make([]*Message, 0, 1) // queue's memory while it holds one: no allocation a record
-	defer func() { s.reclaim(queue, true) }()
+	var held *Message
+	defer func() {
+		if held != nil {
+			held.shard.handedOut.Add(-1)
+		}
+	}()
 	for {
-		if len(queue) == 0 {
-			m := s.hand.take()
-			if m == nil {
+		if held == nil {
+			if held = s.hand.take(); held == nil {
 				select {
 				case page := <-s.hand.in:
 					s.hand.refill(page)
@@ -71,20 +65,20 @@ func (s *Subscriber) dispatch() {
 					if ack == nil {
 						return
 					}
-					queue = s.reclaim(queue, false)
 					close(ack)
 				}
 				continue
 			}
-			queue = append(spare[:0], m)
 		}
 		select {
-		case s.out <- queue[0]:
-			s.metrics.consumed(queue[0])
-			queue[0] = nil
-			queue = queue[1:]
+		case s.out <- held:
+			s.metrics.consumed(held)
+			held = nil
 		case ack := <-s.fence:
-			queue = s.reclaim(queue, false)
+			if held.gen != held.shard.gate.Load() {
+				held.shard.handedOut.Add(-1)
+				held = nil
+			}
 			if ack == nil {
 				return
 			}
@@ -93,37 +87,9 @@ func (s *Subscriber) dispatch() {
 	}
 }
 
-// reclaim takes back what the consumer has not received from the channel's buffer, puts it in
-// front of queue (it is older) and drops what is stale, or everything with all. Only the
-// dispatcher sends on the channel, so what it takes back and queue are in order.
-func (s *Subscriber) reclaim(queue []*Message, all bool) []*Message {
-	var back []*Message
-	for len(s.out) > 0 {
-		select {
-		case m := <-s.out:
-			back = append(back, m)
-		default:
-		}
-	}
-	if len(back) > 0 {
-		queue = append(back, queue...)
-	}
-	kept := queue[:0]
-	for _, m := range queue {
-		if all || m.gen != m.shard.gate.Load() {
-			m.shard.handedOut.Add(-1)
-			continue
-		}
-		kept = append(kept, m)
-	}
-	clear(queue[len(kept):])
-	return kept
-}
-
 // fenceDispatch returns once no consumer can be handed a delivery checked against a gate as it
-// was before the caller bumped it: the dispatcher, if it runs, has taken back what waits in the
-// Messages buffer and re-checked that and what it holds. A pull loop needs no fence: it checks
-// each delivery as it yields it (handoff).
+// was before the caller bumped it: the dispatcher, if it runs, has re-checked the delivery it
+// holds. A pull loop needs no fence: it checks each delivery as it takes it (handoff).
 func (s *Subscriber) fenceDispatch(ctx context.Context) error {
 	s.dispatchMu.Lock()
 	running := s.dispatchState == dispatchRunning
