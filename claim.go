@@ -35,7 +35,8 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	taken := map[string]bool{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, claimParallel)
-	for _, id := range planTake(in, globalRand{}) {
+	want := planTake(in, globalRand{})
+	for _, id := range want {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() { // owned by this round, which waits for it (wg)
@@ -51,6 +52,7 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 		}()
 	}
 	wg.Wait()
+	v.hungry = len(taken) < len(want)
 	in.local, in.taken = s.localStates(v.readable), taken
 	p := planBalance(in, s.live, balance, globalRand{})
 	s.live = p.live
@@ -59,6 +61,7 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 		return s.cfg.store.Steal(cctx, s.leaseKey(p.steal), s.cfg.owner, p.counter, s.cfg.leaseTTL)
 	}) {
 		s.log.Info("lease taken over for balance", logShard, p.steal, "from", p.victim)
+		s.changed(ctx)
 	}
 	return v
 }
@@ -154,7 +157,9 @@ func (s *Subscriber) releaseKey(id string) {
 	defer cancel()
 	if err := s.cfg.store.Release(ctx, s.leaseKey(id), s.cfg.owner); err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpRelease, Err: err})
+		return
 	}
+	s.changed(ctx)
 }
 
 // stealWait is how long a thief waits after stealing a lease before it reads the shard. The

@@ -133,6 +133,14 @@ func (c meteredStore) List(ctx context.Context) ([]lease.Lease, error) {
 	return ls, err
 }
 
+// ListPrefix implements lease.PrefixLister when the store it meters does (the caller checks).
+func (c meteredStore) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	start := time.Now()
+	ls, err := c.s.(lease.PrefixLister).ListPrefix(ctx, prefix)
+	c.m.req.record(ctx, "lease.ListPrefix", start, err)
+	return ls, err
+}
+
 func (c meteredStore) Delete(ctx context.Context, key string, counter int64) (bool, error) {
 	start := time.Now()
 	ok, err := c.s.Delete(ctx, key, counter)

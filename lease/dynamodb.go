@@ -45,7 +45,11 @@ type dynamoAPI interface {
 	DeleteItem(ctx context.Context, params *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
-var _ dynamoAPI = (*dynamodb.Client)(nil)
+var (
+	_ dynamoAPI    = (*dynamodb.Client)(nil)
+	_ PrefixLister = (*DynamoDB)(nil)
+	_ PrefixLister = (*Memory)(nil)
+)
 
 // DynamoDB is a Store kept in a DynamoDB table, one item per lease, for several processes
 // sharing a stream. It is safe for concurrent use.
@@ -283,11 +287,32 @@ func (d *DynamoDB) List(ctx context.Context) ([]Lease, error) {
 	if err := d.checkTable(); err != nil {
 		return nil, err
 	}
-	var out []Lease
-	p := dynamodb.NewScanPaginator(d.api, &dynamodb.ScanInput{
-		TableName:      aws.String(d.table),
-		ConsistentRead: aws.Bool(true),
+	return d.scan(ctx, &dynamodb.ScanInput{TableName: aws.String(d.table), ConsistentRead: aws.Bool(true)})
+}
+
+// ListPrefix implements PrefixLister, with a strongly consistent scan filtered on the key.
+// DynamoDB still reads (and bills) every item of the table to filter them: the items of other
+// prefixes only do not travel. Leases come sorted by key.
+func (d *DynamoDB) ListPrefix(ctx context.Context, prefix string) ([]Lease, error) {
+	if err := d.checkTable(); err != nil {
+		return nil, err
+	}
+	if err := checkPrefix(prefix); err != nil {
+		return nil, err
+	}
+	return d.scan(ctx, &dynamodb.ScanInput{
+		TableName:                 aws.String(d.table),
+		ConsistentRead:            aws.Bool(true),
+		FilterExpression:          aws.String("begins_with(#key, :prefix)"),
+		ExpressionAttributeNames:  map[string]string{"#key": attrKey},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":prefix": str(prefix)},
 	})
+}
+
+// scan reads every page of in and decodes the items, sorted by key.
+func (d *DynamoDB) scan(ctx context.Context, in *dynamodb.ScanInput) ([]Lease, error) {
+	var out []Lease
+	p := dynamodb.NewScanPaginator(d.api, in)
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {

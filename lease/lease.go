@@ -94,6 +94,16 @@ type Store interface {
 	Delete(ctx context.Context, key string, counter int64) (bool, error)
 }
 
+// PrefixLister is implemented by stores that can list the leases whose keys start with a
+// prefix without reading the others: kinesub lists "<stream name>/" to read one stream's rows
+// of a table that several streams share. Both stores here implement it. A subscriber whose
+// store does not lists the whole store every second instead (see kinesub's README).
+type PrefixLister interface {
+	// ListPrefix returns the leases whose keys start with prefix, sorted by key. An empty
+	// prefix is an error wrapping ErrInvalidArgument.
+	ListPrefix(ctx context.Context, prefix string) ([]Lease, error)
+}
+
 // ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, or a
 // non-positive TTL. Such calls do no I/O.
 var ErrInvalidArgument = errors.New("lease: invalid argument")
