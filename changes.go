@@ -11,12 +11,13 @@ import (
 
 // Reading the lease table only when it changed.
 //
-// Every stream keeps a change row in the lease table, "<stream>/~changes", whose counter every
+// Every stream keeps a change row in the lease table, "<stream>/~table/changes", whose counter every
 // subscriber bumps after it releases a lease (Close, a hand-back, a finished shard), steals
 // one, or joins (its heartbeat row taken anew). Each claim tick a subscriber reads that one
 // row; it reads all of the stream's rows (a claim round) only when the counter moved, when the
-// listing of shards changed, when its own worker stopped, at every balance round, while free
-// leases it wants are left untaken, and when leases of departed owners come to lapse. So a
+// listing of shards changed, when its own worker stopped, at every balance round, while it
+// holds fewer than its share or free leases it wants are left untaken, and when leases of
+// departed owners come to lapse. So a
 // released lease is still taken within about a second, and a steady table costs one small
 // read a second instead of one read of every row.
 //
@@ -29,8 +30,10 @@ import (
 // The change row needs a store that lists one stream's rows (lease.PrefixLister). With any
 // other store a subscriber reads the whole store every claim tick, as it always did.
 
-// changesRow is the change row's key after "<stream>/". Shard ids never contain '~'.
-const changesRow = "~changes"
+// changesRow is the change row's key after "<stream>/". Shard ids never contain '/', and
+// subscribers that predate the row take it for the lease of a shard they do not list, which
+// they leave alone.
+const changesRow = "~table/changes"
 
 // changeHold is how long a bump holds the change row between its two writes.
 const changeHold = time.Second
@@ -38,7 +41,7 @@ const changeHold = time.Second
 // changeRow bumps the stream's change row. Bumps that arrive while one is being written are
 // folded into one more write after it.
 type changeRow struct {
-	key    string // "<stream>/~changes"
+	key    string // "<stream>/~table/changes"
 	lister lease.PrefixLister
 
 	mu      sync.Mutex
@@ -106,7 +109,7 @@ func (s *Subscriber) bumpChanges(ctx context.Context) {
 type watch struct {
 	read    bool      // no round has read the table yet, or the last one failed
 	change  int64     // the change row's counter as the last round read it
-	hungry  bool      // the last round wanted free leases it did not get
+	hungry  bool      // the last round left it below its share, or wanting free leases
 	due     time.Time // when a lease of a departed owner lapses; zero if none
 	peer    string    // the owner whose heartbeat row this subscriber watches, or ""
 	peerKey string    // its key

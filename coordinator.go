@@ -157,7 +157,7 @@ type view struct {
 	beats    map[string]lease.Lease // heartbeat rows by owner
 	readable []string               // shards that may be read now: not finished, parents done
 	change   int64                  // the change row's counter
-	hungry   bool                   // the round wanted free leases it did not get
+	hungry   bool                   // the round left this subscriber below its share, or wanting free leases
 }
 
 // look reads the stream's rows of the lease table and works out which shards can be read.
@@ -193,7 +193,7 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.leases = v.leases
+	s.leases, s.leasesAt = v.leases, v.now
 	atTip := s.installed == nil && s.initial().kind == posLatest || s.installed != nil && s.installed.pos.kind == posLatest
 	ids := make([]string, 0, len(s.shards))
 	for id := range s.shards {

@@ -63,6 +63,7 @@ type Subscriber struct {
 	applied   map[string]uint64 // shard → install epoch its reader opened at
 	epoch     uint64
 	leases    map[string]lease.Lease // by shard id, as the last round read them
+	leasesAt  time.Time              // when that round read them
 	gone      map[string]time.Time   // finished shard → first listing that lacked it (cleanup)
 
 	live    map[string]bool // owners live in the coordinator's previous claim round
