@@ -31,8 +31,8 @@ var (
 	leaseShards    = flag.Int("lease-shards", 64, "shards of the lease-cost stream")
 	leaseInstances = flag.Int("lease-instances", 3, "subscribers sharing the lease-cost stream")
 	leaseOthers    = flag.Int("lease-others", 128, "rows of other streams in the lease-cost table")
-	leaseTTL       = flag.Duration("lease-ttl", 3*time.Second, "lease TTL of the lease-cost subscribers (balance: 2 × TTL)")
-	leaseWindow    = flag.Duration("lease-window", 30*time.Second, "steady-state window the lease-cost pass counts")
+	leaseTTL       = flag.Duration("lease-ttl", 10*time.Second, "lease TTL of the lease-cost subscribers, the default (balance: 2 × TTL)")
+	leaseWindow    = flag.Duration("lease-window", 40*time.Second, "steady-state window the lease-cost pass counts: two balance rounds")
 )
 
 // ddbCount counts one client's DynamoDB calls, the items they read (a Scan reads every item it
@@ -198,7 +198,7 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 			}
 		}()
 	}
-	// Steady: every shard held, the shares even, for two balance intervals.
+	// Steady: every shard held, the shares even, for two balance intervals (2 × TTL each).
 	fair := (*leaseShards + *leaseInstances - 1) / *leaseInstances
 	deadline := time.Now().Add(3 * time.Minute)
 	var since time.Time // since when the split has been even

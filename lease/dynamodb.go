@@ -248,13 +248,18 @@ func (d *DynamoDB) Delete(ctx context.Context, key string, counter int64) (bool,
 	if err := d.check(key, "", 0, false, false); err != nil {
 		return false, err
 	}
-	_, err := d.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	report := capacityReport(ctx)
+	out, err := d.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(d.table),
 		Key:                       map[string]types.AttributeValue{attrKey: str(key)},
 		ConditionExpression:       aws.String("#counter = :counter"),
 		ExpressionAttributeNames:  map[string]string{"#counter": attrCounter},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":counter": num(counter)},
+		ReturnConsumedCapacity:    asked(report),
 	})
+	if err == nil {
+		consumed(report, out.ConsumedCapacity)
+	}
 	return d.answer("delete", key, err)
 }
 
@@ -263,14 +268,17 @@ func (d *DynamoDB) Read(ctx context.Context, key string) (Lease, error) {
 	if err := d.check(key, "", 0, false, false); err != nil {
 		return Lease{}, err
 	}
+	report := capacityReport(ctx)
 	out, err := d.api.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(d.table),
-		Key:            map[string]types.AttributeValue{attrKey: str(key)},
-		ConsistentRead: aws.Bool(true),
+		TableName:              aws.String(d.table),
+		Key:                    map[string]types.AttributeValue{attrKey: str(key)},
+		ConsistentRead:         aws.Bool(true),
+		ReturnConsumedCapacity: asked(report),
 	})
 	if err != nil {
 		return Lease{}, d.wrap("read", key, err)
 	}
+	consumed(report, out.ConsumedCapacity)
 	if out.Item == nil {
 		return Lease{Key: key}, nil
 	}
@@ -312,12 +320,15 @@ func (d *DynamoDB) ListPrefix(ctx context.Context, prefix string) ([]Lease, erro
 // scan reads every page of in and decodes the items, sorted by key.
 func (d *DynamoDB) scan(ctx context.Context, in *dynamodb.ScanInput) ([]Lease, error) {
 	var out []Lease
+	report := capacityReport(ctx)
+	in.ReturnConsumedCapacity = asked(report)
 	p := dynamodb.NewScanPaginator(d.api, in)
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
 			return nil, d.wrap("list", "", err)
 		}
+		consumed(report, page.ConsumedCapacity)
 		for _, item := range page.Items {
 			l, err := decode(item)
 			if err != nil {
@@ -348,15 +359,36 @@ func (d *DynamoDB) update(ctx context.Context, op, key, update, cond string, val
 			names[placeholder] = name
 		}
 	}
-	_, err := d.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	report := capacityReport(ctx)
+	out, err := d.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(d.table),
 		Key:                       map[string]types.AttributeValue{attrKey: str(key)},
 		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
+		ReturnConsumedCapacity:    asked(report),
 	})
+	if err == nil {
+		consumed(report, out.ConsumedCapacity)
+	}
 	return d.answer(op, key, err)
+}
+
+// asked is the ReturnConsumedCapacity of a call: TOTAL when a report was asked for
+// (WithConsumedCapacity), the default (none) otherwise.
+func asked(report func(float64)) types.ReturnConsumedCapacity {
+	if report == nil {
+		return ""
+	}
+	return types.ReturnConsumedCapacityTotal
+}
+
+// consumed passes what a call consumed to report.
+func consumed(report func(float64), c *types.ConsumedCapacity) {
+	if report != nil && c != nil && c.CapacityUnits != nil {
+		report(*c.CapacityUnits)
+	}
 }
 
 // answer turns the error of a conditional write into its result: a failed condition reports

@@ -33,8 +33,10 @@ const (
 
 // Lease is one shard's lease as stored.
 type Lease struct {
-	// Key names the leased thing; kinesub uses "<stream name>/<shard id>" for shards and
-	// "<stream name>/~owner/<owner>" for each subscriber's heartbeat.
+	// Key names the leased thing; kinesub uses "<stream name>/<shard id>" for shards,
+	// "<stream name>/~owner/<owner>" for each subscriber's heartbeat and
+	// "<stream name>/~table/changes" for the row whose counter tells subscribers that the
+	// stream's leases changed.
 	Key string
 	// Owner is the current holder, empty when nobody holds the lease (never taken, or released).
 	Owner string
