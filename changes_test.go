@@ -215,3 +215,59 @@ func TestCrashNoticedThroughPeerWatch(t *testing.T) {
 		require.LessOrEqual(t, time.Since(crashed), ttl+2*time.Second, "failover after the crash")
 	})
 }
+
+// TestWatchSaw: after a round, a subscriber watches the next live owner by name (wrapping
+// around), and schedules a read when the first lease of an owner without a live heartbeat
+// lapses.
+func TestWatchSaw(t *testing.T) {
+	now := time.Unix(1000, 0)
+	beat := func(o string, in time.Duration) lease.Lease {
+		return lease.Lease{Key: "s/~owner/" + o, Owner: o, Expiry: now.Add(in), Counter: 1}
+	}
+	held := func(o string, in time.Duration) lease.Lease {
+		return lease.Lease{Owner: o, Expiry: now.Add(in), Counter: 1}
+	}
+	for _, tc := range []struct {
+		name, owner, peer string
+		beats             []lease.Lease
+		leases            map[string]lease.Lease
+		due               time.Duration // 0: none
+	}{
+		{name: "alone", owner: "b", beats: []lease.Lease{beat("b", time.Second)}},
+		{name: "next by name", owner: "b", peer: "c",
+			beats: []lease.Lease{beat("a", time.Second), beat("b", time.Second), beat("c", time.Second)}},
+		{name: "wraps around", owner: "c", peer: "a",
+			beats: []lease.Lease{beat("a", time.Second), beat("b", time.Second), beat("c", time.Second)}},
+		{name: "lapsed heartbeat not watched", owner: "a", peer: "c",
+			beats: []lease.Lease{beat("a", time.Second), beat("b", -time.Second), beat("c", time.Second)}},
+		{name: "leases of a departed owner", owner: "a", peer: "c",
+			beats: []lease.Lease{beat("a", time.Second), beat("b", -time.Second), beat("c", time.Second)},
+			leases: map[string]lease.Lease{"1": held("b", 3*time.Second), "2": held("b", 2*time.Second),
+				"3": held("c", time.Second), "4": held("d", 5*time.Second), "5": held("b", -time.Second)},
+			due: 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Subscriber{stream: "s", cfg: config{owner: tc.owner}}
+			v := &view{now: now, beats: map[string]lease.Lease{}, leases: tc.leases, change: 7}
+			for _, b := range tc.beats {
+				v.beats[b.Owner] = b
+			}
+			var w watch
+			require.Same(t, v, w.saw(s, v))
+			require.True(t, w.read)
+			require.EqualValues(t, 7, w.change)
+			require.Equal(t, tc.peer, w.peer)
+			if tc.peer != "" {
+				require.Equal(t, "s/~owner/"+tc.peer, w.peerKey)
+				require.Equal(t, v.beats[tc.peer].Expiry, w.peerExp)
+			}
+			if tc.due == 0 {
+				require.True(t, w.due.IsZero(), "due %v", w.due)
+			} else {
+				require.Equal(t, now.Add(tc.due), w.due)
+			}
+			require.Nil(t, w.saw(s, nil))
+			require.False(t, w.read, "a failed round leaves the next tick to read")
+		})
+	}
+}
