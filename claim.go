@@ -52,7 +52,6 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 		}()
 	}
 	wg.Wait()
-	v.hungry = len(taken) < len(want)
 	in.local, in.taken = s.localStates(v.readable), taken
 	p := planBalance(in, s.live, balance, globalRand{})
 	// Below its share, it reads every tick: leases to take may free up without a change-row

@@ -59,7 +59,9 @@ var (
 // the Unix epoch), lease_counter (the fencing token, bumped by every write), checkpoint, and
 // checkpoint_subsequence (a number, Lease.SubSequence; an item without it reads as 0).
 // Every write is a single conditional UpdateItem (DeleteItem for Delete), so the store needs
-// no transactions; reads are strongly consistent.
+// no transactions; reads are strongly consistent. List and ListPrefix Scan the table (the
+// latter with a filter on the key prefix, which DynamoDB applies after reading every item).
+// Under a context from WithConsumedCapacity, every call reports the capacity it consumed.
 //
 // Expiry is computed from the local clock of the process that writes it and compared with
 // the local clock of the process that tries to take the lease over. The store therefore
