@@ -11,15 +11,14 @@ import (
 
 // Reading the lease table only when it changed.
 //
-// Every stream keeps a change row in the lease table, "<stream>/~table/changes", whose counter every
-// subscriber bumps after it releases a lease (Close, a hand-back, a finished shard), steals
-// one, or joins (its heartbeat row taken anew). Each claim tick a subscriber reads that one
-// row; it reads all of the stream's rows (a claim round) only when the counter moved, when the
-// listing of shards changed, when its own worker stopped, at every balance round, while it
+// Every stream keeps a change row in the lease table, "<stream>/~table/changes", whose counter
+// every subscriber bumps after it releases a lease (Close, a hand-back, a finished shard),
+// steals one, or joins (its heartbeat row taken anew). Each claim tick a subscriber reads that
+// one row; it reads all of the stream's rows (a claim round) only when the counter moved, when
+// the listing of shards changed, when its own worker stopped, at every balance round, while it
 // holds fewer than its share or free leases it wants are left untaken, and when leases of
-// departed owners come to lapse. So a
-// released lease is still taken within about a second, and a steady table costs one small
-// read a second instead of one read of every row.
+// departed owners come to lapse. So a released lease is still taken within about a second, and
+// a steady table costs one small read a second instead of one read of every row.
 //
 // Crashes bump nothing, so each subscriber watches one peer's heartbeat row (the next live
 // owner by name, so that every live owner is watched by one other): it reads that row once the
