@@ -33,6 +33,7 @@ var (
 	leaseOthers    = flag.Int("lease-others", 128, "rows of other streams in the lease-cost table")
 	leaseTTL       = flag.Duration("lease-ttl", 10*time.Second, "lease TTL of the lease-cost subscribers, the default (balance: 2 × TTL)")
 	leaseWindow    = flag.Duration("lease-window", 40*time.Second, "steady-state window the lease-cost pass counts: two balance rounds")
+	leasePoll      = flag.Duration("lease-poll", time.Second, "poll interval of the lease-cost readers (longer spares the emulator with many shards)")
 )
 
 // ddbCount counts one client's DynamoDB calls, the items they read (a Scan reads every item it
@@ -188,7 +189,7 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 			store = hidePrefix{store}
 		}
 		s, err := kinesub.Subscribe(ctx, kc, stream, kinesub.WithLeaseStore(store), kinesub.WithOwner(fmt.Sprintf("i%d", i)),
-			kinesub.WithLeaseTTL(*leaseTTL), kinesub.WithPollInterval(time.Second))
+			kinesub.WithLeaseTTL(*leaseTTL), kinesub.WithPollInterval(*leasePoll))
 		if err != nil {
 			return nil, err
 		}
