@@ -124,6 +124,7 @@ func (w *worker) retire(ctx context.Context) error {
 	} else {
 		w.stats.transition(transReleasedOr(w.leaving.Load()))
 		w.log.Info("lease released")
+		w.sub.changed(ctx)
 	}
 	return err
 }
@@ -170,6 +171,7 @@ func (w *worker) releaseFinished() {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpRelease, Err: err})
 	} else {
 		w.stats.transition(transReleased)
+		s.changed(ctx)
 	}
 	w.log.Info("shard finished")
 }

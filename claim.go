@@ -35,7 +35,8 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	taken := map[string]bool{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, claimParallel)
-	for _, id := range planTake(in, globalRand{}) {
+	want := planTake(in, globalRand{})
+	for _, id := range want {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() { // owned by this round, which waits for it (wg)
@@ -53,12 +54,17 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	wg.Wait()
 	in.local, in.taken = s.localStates(v.readable), taken
 	p := planBalance(in, s.live, balance, globalRand{})
+	// Below its share, it reads every tick: leases to take may free up without a change-row
+	// bump (a peer that does not bump, or a lease that lapsed).
+	owners, mine := in.counts()
+	v.hungry = len(taken) < len(want) || mine < len(in.readable)/len(owners)
 	s.live = p.live
 	s.handBack(p.handBack)
 	if p.steal != "" && s.take(ctx, p.steal, true, func(cctx context.Context) (bool, error) {
 		return s.cfg.store.Steal(cctx, s.leaseKey(p.steal), s.cfg.owner, p.counter, s.cfg.leaseTTL)
 	}) {
 		s.log.Info("lease taken over for balance", logShard, p.steal, "from", p.victim)
+		s.changed(ctx)
 	}
 	return v
 }
@@ -154,7 +160,9 @@ func (s *Subscriber) releaseKey(id string) {
 	defer cancel()
 	if err := s.cfg.store.Release(ctx, s.leaseKey(id), s.cfg.owner); err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpRelease, Err: err})
+		return
 	}
+	s.changed(ctx)
 }
 
 // stealWait is how long a thief waits after stealing a lease before it reads the shard. The

@@ -38,7 +38,8 @@ type shardInfo struct {
 // coordinate lists shards, claims leases and balances them until the subscription stops.
 func (s *Subscriber) coordinate() {
 	defer s.readers.Done()
-	// The lease table is read often enough that a released lease is taken within a second.
+	// The change row (changes.go) is read often enough that a released lease is taken within a
+	// second; the whole table is read when it moved.
 	claimEvery := min(s.cfg.shardSyncInterval, s.cfg.leaseTTL/3, leasePoll)
 	syncT := time.NewTicker(s.cfg.shardSyncInterval)
 	claimT := time.NewTicker(claimEvery)
@@ -49,43 +50,62 @@ func (s *Subscriber) coordinate() {
 	defer balanceT.Stop()
 	defer beatT.Stop()
 	ctx := s.runCtx
-	s.beat(ctx)
+	var w watch
+	beat := func() {
+		if at := time.Now(); s.beat(ctx) && w.joined(at, s.cfg.leaseTTL) {
+			s.changed(ctx)
+		}
+	}
+	beat()
 	s.syncShards(ctx)
-	s.claim(ctx, false)
+	w.saw(s, s.claim(ctx, false))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-beatT.C:
-			s.beat(ctx)
+			beat()
 		case <-syncT.C:
-			s.syncShards(ctx)
-			s.cleanup(ctx, s.claim(ctx, false))
+			if s.syncShards(ctx) || s.changes == nil {
+				s.cleanup(ctx, w.saw(s, s.claim(ctx, false)))
+			}
 		case <-claimT.C:
-			s.claim(ctx, false)
+			if w.stale(ctx, s) {
+				w.saw(s, s.claim(ctx, false))
+			}
 		case <-s.wake:
-			s.claim(ctx, false)
+			w.saw(s, s.claim(ctx, false))
 		case <-balanceT.C:
-			s.claim(ctx, true)
+			v := w.saw(s, s.claim(ctx, true))
+			if s.changes != nil {
+				s.cleanup(ctx, v)
+			}
 		}
 	}
 }
 
-// syncShards refreshes the shard list.
-func (s *Subscriber) syncShards(ctx context.Context) {
+// syncShards refreshes the shard list, and reports whether it changed: a shard appeared,
+// closed or went.
+func (s *Subscriber) syncShards(ctx context.Context) bool {
 	shards, err := s.listShards(ctx)
 	if err != nil {
 		var nf *types.ResourceNotFoundException
 		if errors.As(err, &nf) {
 			s.fail(fmt.Errorf("%w: %s: %w", ErrStreamNotFound, s.stream, err))
-			return
+			return false
 		}
 		if ctx.Err() == nil {
 			s.report(&ShardError{Stream: s.stream, Op: OpListShards, Err: err})
 		}
-		return
+		return false
 	}
 	s.mu.Lock()
+	changed := !s.listed || len(shards) != len(s.shards)
+	for id, info := range shards {
+		if old, ok := s.shards[id]; !ok || old.closed != info.closed {
+			changed = true
+		}
+	}
 	s.shards = shards
 	s.listed = true
 	s.listedAt = time.Now()
@@ -95,6 +115,7 @@ func (s *Subscriber) syncShards(ctx context.Context) {
 		}
 	}
 	s.mu.Unlock()
+	return changed
 }
 
 func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, error) {
@@ -135,12 +156,20 @@ type view struct {
 	leases   map[string]lease.Lease // by shard id
 	beats    map[string]lease.Lease // heartbeat rows by owner
 	readable []string               // shards that may be read now: not finished, parents done
+	change   int64                  // the change row's counter
+	hungry   bool                   // the round left this subscriber below its share, or wanting free leases
 }
 
-// look reads the lease table and works out which shards can be read.
+// look reads the stream's rows of the lease table and works out which shards can be read.
 func (s *Subscriber) look(ctx context.Context) (*view, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-	all, err := s.cfg.store.List(cctx)
+	var all []lease.Lease
+	var err error
+	if s.changes != nil {
+		all, err = s.changes.lister.ListPrefix(cctx, s.stream+"/")
+	} else {
+		all, err = s.cfg.store.List(cctx)
+	}
 	cancel()
 	if err != nil {
 		return nil, err
@@ -156,11 +185,15 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 			v.beats[owner] = l
 			continue
 		}
+		if id == changesRow {
+			v.change = l.Counter
+			continue
+		}
 		v.leases[id] = l
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.leases = v.leases
+	s.leases, s.leasesAt = v.leases, v.now
 	atTip := s.installed == nil && s.initial().kind == posLatest || s.installed != nil && s.installed.pos.kind == posLatest
 	ids := make([]string, 0, len(s.shards))
 	for id := range s.shards {

@@ -35,8 +35,10 @@
 //
 // Subscribe validates its options before any I/O, checks that the stream exists (or creates it
 // with WithCreateIfMissing) and that the lease store answers, then starts a coordinator. The
-// coordinator lists the shards every shard-sync interval, reads the lease table at least every
-// second, and takes the leases of readable shards up to its fair share. Each shard it holds
+// coordinator lists the shards every shard-sync interval, reads the stream's change row every
+// second and its rows of the lease table when that row moved (a peer released, stole or
+// joined) or at the balance interval, and takes the leases of readable shards up to its fair
+// share. Each shard it holds
 // gets a reader, which polls GetRecords (at once after a non-empty batch, after the poll
 // interval when idle, within the service's 5 calls and 2 MB per second per shard), and a
 // keeper, which renews the lease every TTL/3 and writes the checkpoint every checkpoint

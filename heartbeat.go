@@ -23,10 +23,10 @@ func (s *Subscriber) ownerKey() string { return s.leaseKey(ownerRowPrefix + s.cf
 // "<stream>/"), and whether id is a heartbeat row at all.
 func ownerOf(id string) (string, bool) { return strings.CutPrefix(id, ownerRowPrefix) }
 
-// beat takes or extends this subscriber's heartbeat row for one lease TTL. It acquires rather
-// than renews, so a row that lapsed (a coordinator stalled past the TTL) or was deleted as
-// stale is taken back.
-func (s *Subscriber) beat(ctx context.Context) {
+// beat takes or extends this subscriber's heartbeat row for one lease TTL, and reports whether
+// it holds the row. It acquires rather than renews, so a row that lapsed (a coordinator
+// stalled past the TTL) or was deleted as stale is taken back.
+func (s *Subscriber) beat(ctx context.Context) bool {
 	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, s.cfg.leaseTTL/3))
 	ok, err := s.cfg.store.Acquire(cctx, s.ownerKey(), s.cfg.owner, s.cfg.leaseTTL)
 	cancel()
@@ -39,6 +39,7 @@ func (s *Subscriber) beat(ctx context.Context) {
 		// Only a Steal or another process with the same owner name could hold it.
 		s.log.Warn("heartbeat row held by another process", "key", s.ownerKey())
 	}
+	return err == nil && ok
 }
 
 // dropHeartbeat releases the heartbeat row, so that peers stop counting this owner at once,
@@ -48,6 +49,7 @@ func (s *Subscriber) dropHeartbeat(ctx context.Context) error {
 	if err := s.cfg.store.Release(ctx, key, s.cfg.owner); err != nil {
 		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("release: %w", err)}
 	}
+	s.changed(ctx)
 	l, err := s.cfg.store.Read(ctx, key)
 	if err != nil {
 		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("read: %w", err)}

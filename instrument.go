@@ -84,6 +84,7 @@ type meteredStore struct {
 var _ lease.Store = meteredStore{}
 
 func (c meteredStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.Acquire")
 	start := time.Now()
 	ok, err := c.s.Acquire(ctx, key, owner, ttl)
 	c.m.req.record(ctx, "lease.Acquire", start, err)
@@ -91,6 +92,7 @@ func (c meteredStore) Acquire(ctx context.Context, key, owner string, ttl time.D
 }
 
 func (c meteredStore) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.Steal")
 	start := time.Now()
 	ok, err := c.s.Steal(ctx, key, owner, counter, ttl)
 	c.m.req.record(ctx, "lease.Steal", start, err)
@@ -98,6 +100,7 @@ func (c meteredStore) Steal(ctx context.Context, key, owner string, counter int6
 }
 
 func (c meteredStore) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.Renew")
 	start := time.Now()
 	ok, err := c.s.Renew(ctx, key, owner, ttl)
 	c.m.req.record(ctx, "lease.Renew", start, err)
@@ -105,6 +108,7 @@ func (c meteredStore) Renew(ctx context.Context, key, owner string, ttl time.Dur
 }
 
 func (c meteredStore) Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.Checkpoint")
 	start := time.Now()
 	ok, err := c.s.Checkpoint(ctx, key, owner, sequence, subSequence)
 	c.m.req.record(ctx, "lease.Checkpoint", start, err)
@@ -113,6 +117,7 @@ func (c meteredStore) Checkpoint(ctx context.Context, key, owner, sequence strin
 }
 
 func (c meteredStore) Read(ctx context.Context, key string) (lease.Lease, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.Read")
 	start := time.Now()
 	l, err := c.s.Read(ctx, key)
 	c.m.req.record(ctx, "lease.Read", start, err)
@@ -120,6 +125,7 @@ func (c meteredStore) Read(ctx context.Context, key string) (lease.Lease, error)
 }
 
 func (c meteredStore) Release(ctx context.Context, key, owner string) error {
+	ctx = c.m.leaseCapacity(ctx, "lease.Release")
 	start := time.Now()
 	err := c.s.Release(ctx, key, owner)
 	c.m.req.record(ctx, "lease.Release", start, err)
@@ -127,13 +133,25 @@ func (c meteredStore) Release(ctx context.Context, key, owner string) error {
 }
 
 func (c meteredStore) List(ctx context.Context) ([]lease.Lease, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.List")
 	start := time.Now()
 	ls, err := c.s.List(ctx)
 	c.m.req.record(ctx, "lease.List", start, err)
 	return ls, err
 }
 
+// ListPrefix implements lease.PrefixLister when the store it meters does (the caller checks),
+// counted as lease.List: one stream's rows are what a subscriber lists.
+func (c meteredStore) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.List")
+	start := time.Now()
+	ls, err := c.s.(lease.PrefixLister).ListPrefix(ctx, prefix)
+	c.m.req.record(ctx, "lease.List", start, err)
+	return ls, err
+}
+
 func (c meteredStore) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.Delete")
 	start := time.Now()
 	ok, err := c.s.Delete(ctx, key, counter)
 	c.m.req.record(ctx, "lease.Delete", start, err)

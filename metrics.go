@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/gostream/kinesub/lease"
 )
 
 // Metrics are OpenTelemetry instruments made from the MeterProvider given with
@@ -140,6 +142,7 @@ type metrics struct {
 	settle      metric.Float64Histogram
 	checkpoints metric.Int64Counter
 	transitions metric.Int64Counter
+	capacity    metric.Float64Counter
 
 	consumedC, acked, nacked  metric.Int64ObservableCounter
 	behind, inFlight, ifBytes metric.Int64ObservableGauge
@@ -187,6 +190,9 @@ func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
 	add(e)
 	m.transitions, e = meter.Int64Counter("kinesub.lease.transitions", metric.WithUnit("{transition}"),
 		metric.WithDescription("Shard leases taken (acquired, stolen) and given up (lost, released, handed_back) by this subscriber."))
+	add(e)
+	m.capacity, e = meter.Float64Counter("kinesub.lease.consumed_capacity", metric.WithUnit("{capacity_unit}"),
+		metric.WithDescription("DynamoDB read and write capacity units the lease store's calls consumed, by operation."))
 	add(e)
 	m.consumedC, e = meter.Int64ObservableCounter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("Records delivered to the consumer."))
@@ -380,4 +386,11 @@ func transReleasedOr(handedBack bool) string {
 		return transHandedBack
 	}
 	return transReleased
+}
+
+// leaseCapacity returns ctx under which a DynamoDB lease store reports the capacity op consumes.
+func (m *metrics) leaseCapacity(ctx context.Context, op string) context.Context {
+	return lease.WithConsumedCapacity(ctx, func(units float64) {
+		m.capacity.Add(ctx, units, metric.WithAttributes(attrSystem.String(systemKinesis), m.stream, attrOperation.String(op)))
+	})
 }

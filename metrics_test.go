@@ -67,6 +67,10 @@ func (m *meters) collect(name string) ([]point, string) {
 				for _, p := range d.DataPoints {
 					pts = append(pts, point{attrs(p.Attributes), float64(p.Value)})
 				}
+			case metricdata.Sum[float64]:
+				for _, p := range d.DataPoints {
+					pts = append(pts, point{attrs(p.Attributes), p.Value})
+				}
 			case metricdata.Gauge[int64]:
 				for _, p := range d.DataPoints {
 					pts = append(pts, point{attrs(p.Attributes), float64(p.Value)})
@@ -399,4 +403,20 @@ func TestMetricsPullStyles(t *testing.T) {
 	}
 	require.EqualValues(t, 100, mt.sum("messaging.client.consumed.messages"))
 	require.EqualValues(t, 100, mt.sum("kinesub.records.acked"))
+}
+
+// TestMetricsLeaseCapacity: with the DynamoDB store, the capacity its calls consumed is counted
+// by operation: the table listed, the leases taken and renewed.
+func TestMetricsLeaseCapacity(t *testing.T) {
+	mt := newMeters(t)
+	s := newStream(t, 2)
+	sub, err := Subscribe(context.Background(), s.c, s.name, testOpts(dynamoStore(t), WithMeterProvider(mt.provider))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close(context.Background()) })
+	for _, op := range []string{"lease.List", "lease.Acquire", "lease.Renew", "lease.Read"} {
+		eventually(t, 30*time.Second, op+" capacity counted", func() bool {
+			return mt.sum("kinesub.lease.consumed_capacity", string(attrOperation), op) > 0
+		})
+	}
+	require.NoError(t, sub.Close(context.Background()))
 }

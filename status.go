@@ -1,9 +1,6 @@
 package kinesub
 
-import (
-	"sort"
-	"time"
-)
+import "sort"
 
 // ShardState is what a subscriber knows about one shard of its stream.
 type ShardState string
@@ -58,12 +55,11 @@ type ShardStatus struct {
 func (s *Subscriber) Shards() []ShardStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := time.Now()
 	out := make([]ShardStatus, 0, len(s.shards))
 	for id, info := range s.shards {
 		st := ShardStatus{ShardID: id, Parents: info.parents}
 		l := s.leases[id]
-		if l.Held(now) {
+		if l.Held(s.leasesAt) { // the table is read when it changed, not on every round
 			st.Owner = l.Owner
 		}
 		switch w := s.workers[id]; {

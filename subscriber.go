@@ -63,9 +63,11 @@ type Subscriber struct {
 	applied   map[string]uint64 // shard → install epoch its reader opened at
 	epoch     uint64
 	leases    map[string]lease.Lease // by shard id, as the last round read them
+	leasesAt  time.Time              // when that round read them
 	gone      map[string]time.Time   // finished shard → first listing that lacked it (cleanup)
 
-	live map[string]bool // owners live in the coordinator's previous claim round
+	live    map[string]bool // owners live in the coordinator's previous claim round
+	changes *changeRow      // set at Subscribe; nil when the store cannot list one stream's rows
 
 	errMu      sync.Mutex
 	errsClosed bool
@@ -108,7 +110,11 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		return nil, err
 	}
 	client = meteredKinesis{k: client, r: m.req}
+	changes := newChangeRow(cfg.store, ref.name)
 	cfg.store = meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
+	if changes != nil {
+		changes.lister = cfg.store.(meteredStore) // metered, and known to list by prefix
+	}
 	s := &Subscriber{
 		metrics:      m,
 		cfg:          cfg,
@@ -128,6 +134,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		waiting:      make(map[string]string),
 		applied:      make(map[string]uint64),
 		done:         make(chan struct{}),
+		changes:      changes,
 	}
 	s.seeker = &Seeker{s: s}
 	if err := s.ensureStream(ctx); err != nil {

@@ -45,7 +45,11 @@ type dynamoAPI interface {
 	DeleteItem(ctx context.Context, params *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
 }
 
-var _ dynamoAPI = (*dynamodb.Client)(nil)
+var (
+	_ dynamoAPI    = (*dynamodb.Client)(nil)
+	_ PrefixLister = (*DynamoDB)(nil)
+	_ PrefixLister = (*Memory)(nil)
+)
 
 // DynamoDB is a Store kept in a DynamoDB table, one item per lease, for several processes
 // sharing a stream. It is safe for concurrent use.
@@ -55,7 +59,9 @@ var _ dynamoAPI = (*dynamodb.Client)(nil)
 // the Unix epoch), lease_counter (the fencing token, bumped by every write), checkpoint, and
 // checkpoint_subsequence (a number, Lease.SubSequence; an item without it reads as 0).
 // Every write is a single conditional UpdateItem (DeleteItem for Delete), so the store needs
-// no transactions; reads are strongly consistent.
+// no transactions; reads are strongly consistent. List and ListPrefix Scan the table (the
+// latter with a filter on the key prefix, which DynamoDB applies after reading every item).
+// Under a context from WithConsumedCapacity, every call reports the capacity it consumed.
 //
 // Expiry is computed from the local clock of the process that writes it and compared with
 // the local clock of the process that tries to take the lease over. The store therefore
@@ -244,13 +250,18 @@ func (d *DynamoDB) Delete(ctx context.Context, key string, counter int64) (bool,
 	if err := d.check(key, "", 0, false, false); err != nil {
 		return false, err
 	}
-	_, err := d.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	report := capacityReport(ctx)
+	out, err := d.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(d.table),
 		Key:                       map[string]types.AttributeValue{attrKey: str(key)},
 		ConditionExpression:       aws.String("#counter = :counter"),
 		ExpressionAttributeNames:  map[string]string{"#counter": attrCounter},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":counter": num(counter)},
+		ReturnConsumedCapacity:    asked(report),
 	})
+	if err == nil {
+		consumed(report, out.ConsumedCapacity)
+	}
 	return d.answer("delete", key, err)
 }
 
@@ -259,14 +270,17 @@ func (d *DynamoDB) Read(ctx context.Context, key string) (Lease, error) {
 	if err := d.check(key, "", 0, false, false); err != nil {
 		return Lease{}, err
 	}
+	report := capacityReport(ctx)
 	out, err := d.api.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(d.table),
-		Key:            map[string]types.AttributeValue{attrKey: str(key)},
-		ConsistentRead: aws.Bool(true),
+		TableName:              aws.String(d.table),
+		Key:                    map[string]types.AttributeValue{attrKey: str(key)},
+		ConsistentRead:         aws.Bool(true),
+		ReturnConsumedCapacity: asked(report),
 	})
 	if err != nil {
 		return Lease{}, d.wrap("read", key, err)
 	}
+	consumed(report, out.ConsumedCapacity)
 	if out.Item == nil {
 		return Lease{Key: key}, nil
 	}
@@ -283,16 +297,40 @@ func (d *DynamoDB) List(ctx context.Context) ([]Lease, error) {
 	if err := d.checkTable(); err != nil {
 		return nil, err
 	}
-	var out []Lease
-	p := dynamodb.NewScanPaginator(d.api, &dynamodb.ScanInput{
-		TableName:      aws.String(d.table),
-		ConsistentRead: aws.Bool(true),
+	return d.scan(ctx, &dynamodb.ScanInput{TableName: aws.String(d.table), ConsistentRead: aws.Bool(true)})
+}
+
+// ListPrefix implements PrefixLister, with a strongly consistent scan filtered on the key.
+// DynamoDB still reads (and bills) every item of the table to filter them: the items of other
+// prefixes only do not travel. Leases come sorted by key.
+func (d *DynamoDB) ListPrefix(ctx context.Context, prefix string) ([]Lease, error) {
+	if err := d.checkTable(); err != nil {
+		return nil, err
+	}
+	if err := checkPrefix(prefix); err != nil {
+		return nil, err
+	}
+	return d.scan(ctx, &dynamodb.ScanInput{
+		TableName:                 aws.String(d.table),
+		ConsistentRead:            aws.Bool(true),
+		FilterExpression:          aws.String("begins_with(#key, :prefix)"),
+		ExpressionAttributeNames:  map[string]string{"#key": attrKey},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":prefix": str(prefix)},
 	})
+}
+
+// scan reads every page of in and decodes the items, sorted by key.
+func (d *DynamoDB) scan(ctx context.Context, in *dynamodb.ScanInput) ([]Lease, error) {
+	var out []Lease
+	report := capacityReport(ctx)
+	in.ReturnConsumedCapacity = asked(report)
+	p := dynamodb.NewScanPaginator(d.api, in)
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
 			return nil, d.wrap("list", "", err)
 		}
+		consumed(report, page.ConsumedCapacity)
 		for _, item := range page.Items {
 			l, err := decode(item)
 			if err != nil {
@@ -323,15 +361,36 @@ func (d *DynamoDB) update(ctx context.Context, op, key, update, cond string, val
 			names[placeholder] = name
 		}
 	}
-	_, err := d.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	report := capacityReport(ctx)
+	out, err := d.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(d.table),
 		Key:                       map[string]types.AttributeValue{attrKey: str(key)},
 		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
+		ReturnConsumedCapacity:    asked(report),
 	})
+	if err == nil {
+		consumed(report, out.ConsumedCapacity)
+	}
 	return d.answer(op, key, err)
+}
+
+// asked is the ReturnConsumedCapacity of a call: TOTAL when a report was asked for
+// (WithConsumedCapacity), the default (none) otherwise.
+func asked(report func(float64)) types.ReturnConsumedCapacity {
+	if report == nil {
+		return ""
+	}
+	return types.ReturnConsumedCapacityTotal
+}
+
+// consumed passes what a call consumed to report.
+func consumed(report func(float64), c *types.ConsumedCapacity) {
+	if report != nil && c != nil && c.CapacityUnits != nil {
+		report(*c.CapacityUnits)
+	}
 }
 
 // answer turns the error of a conditional write into its result: a failed condition reports

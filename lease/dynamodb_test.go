@@ -227,3 +227,62 @@ func TestDynamoDBItemWithoutSubSequence(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, &types.AttributeValueMemberN{Value: "2"}, out.Item["checkpoint_subsequence"], "stored as a number")
 }
+
+// TestDynamoDBListPrefixReadsOldRows: rows written by earlier versions (no sub-sequence, no
+// change row) are listed by stream, decoded as Read decodes them, without other streams' rows.
+func TestDynamoDBListPrefixReadsOldRows(t *testing.T) {
+	client := testenv.DynamoDB(t)
+	s := newTable(t, client)
+	for _, item := range []map[string]types.AttributeValue{
+		{"lease_key": &types.AttributeValueMemberS{Value: "orders/shardId-000000000000"},
+			"lease_counter": &types.AttributeValueMemberN{Value: "7"}, "checkpoint": &types.AttributeValueMemberS{Value: "42"}},
+		{"lease_key": &types.AttributeValueMemberS{Value: "orders/~owner/a"}, "lease_owner": &types.AttributeValueMemberS{Value: "a"},
+			"lease_expiry": &types.AttributeValueMemberN{Value: "4102444800000"}, "lease_counter": &types.AttributeValueMemberN{Value: "3"}},
+		{"lease_key": &types.AttributeValueMemberS{Value: "orders-eu/shardId-000000000000"},
+			"lease_counter": &types.AttributeValueMemberN{Value: "1"}},
+	} {
+		_, err := client.PutItem(timeout(t), &dynamodb.PutItemInput{TableName: aws.String(s.Table()), Item: item})
+		require.NoError(t, err)
+	}
+	got, err := s.ListPrefix(timeout(t), "orders/")
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	assert.Equal(t, lease.Lease{Key: "orders/shardId-000000000000", Counter: 7, Checkpoint: "42"}, got[0])
+	assert.Equal(t, lease.Lease{Key: "orders/~owner/a", Owner: "a", Counter: 3, Expiry: time.UnixMilli(4102444800000)}, got[1])
+}
+
+// TestDynamoDBConsumedCapacity: under WithConsumedCapacity every call that DynamoDB answered
+// reports the capacity it consumed; a failed condition reports nothing.
+func TestDynamoDBConsumedCapacity(t *testing.T) {
+	s := newTable(t, testenv.DynamoDB(t))
+	var mu sync.Mutex
+	units := map[string]float64{}
+	ctx := func(op string) context.Context {
+		return lease.WithConsumedCapacity(timeout(t), func(u float64) {
+			mu.Lock()
+			units[op] += u
+			mu.Unlock()
+		})
+	}
+	const key = "orders/shardId-000000000000"
+	ok, err := s.Acquire(ctx("acquire"), key, "a", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = s.Acquire(ctx("refused"), key, "b", time.Minute)
+	require.NoError(t, err)
+	require.False(t, ok)
+	l, err := s.Read(ctx("read"), key)
+	require.NoError(t, err)
+	_, err = s.ListPrefix(ctx("list"), "orders/")
+	require.NoError(t, err)
+	require.NoError(t, s.Release(ctx("release"), key, "a"))
+	ok, err = s.Delete(ctx("delete"), key, l.Counter+1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, op := range []string{"acquire", "read", "list", "release", "delete"} {
+		assert.Positive(t, units[op], op)
+	}
+	assert.Zero(t, units["refused"], "a failed condition")
+}

@@ -33,8 +33,10 @@ const (
 
 // Lease is one shard's lease as stored.
 type Lease struct {
-	// Key names the leased thing; kinesub uses "<stream name>/<shard id>" for shards and
-	// "<stream name>/~owner/<owner>" for each subscriber's heartbeat.
+	// Key names the leased thing; kinesub uses "<stream name>/<shard id>" for shards,
+	// "<stream name>/~owner/<owner>" for each subscriber's heartbeat and
+	// "<stream name>/~table/changes" for the row whose counter tells subscribers that the
+	// stream's leases changed.
 	Key string
 	// Owner is the current holder, empty when nobody holds the lease (never taken, or released).
 	Owner string
@@ -92,6 +94,16 @@ type Store interface {
 	// before: kinesub deletes the leases of shards gone from the stream and of owners gone
 	// from the table.
 	Delete(ctx context.Context, key string, counter int64) (bool, error)
+}
+
+// PrefixLister is implemented by stores that can list the leases whose keys start with a
+// prefix without reading the others: kinesub lists "<stream name>/" to read one stream's rows
+// of a table that several streams share. Both stores here implement it. A subscriber whose
+// store does not lists the whole store every second instead (see kinesub's README).
+type PrefixLister interface {
+	// ListPrefix returns the leases whose keys start with prefix, sorted by key. An empty
+	// prefix is an error wrapping ErrInvalidArgument.
+	ListPrefix(ctx context.Context, prefix string) ([]Lease, error)
 }
 
 // ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, or a

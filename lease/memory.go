@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 )
@@ -190,4 +191,28 @@ func (m *Memory) List(ctx context.Context) ([]Lease, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
+}
+
+// ListPrefix implements PrefixLister. Leases come sorted by key.
+func (m *Memory) ListPrefix(ctx context.Context, prefix string) ([]Lease, error) {
+	if err := ready(ctx, checkPrefix(prefix)); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Lease
+	for k, l := range m.leases {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, *l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+	return out, nil
+}
+
+func checkPrefix(prefix string) error {
+	if prefix == "" {
+		return fmt.Errorf("%w: empty lease key prefix", ErrInvalidArgument)
+	}
+	return nil
 }

@@ -52,6 +52,7 @@ func Run(t *testing.T, newStore func(t *testing.T) lease.Store) {
 		{"ReleasedLeaseIsAcquiredAtOnce", testReleasedLeaseAcquiredAtOnce},
 		{"ShardEndRoundTrips", testShardEnd},
 		{"List", testList},
+		{"ListPrefix", testListPrefix},
 		{"ConcurrentAcquireHasOneWinner", testConcurrentAcquire},
 		{"CountersOnlyGrow", testCountersOnlyGrow},
 		{"StealWithCurrentCounterFencesOldOwner", testSteal},
@@ -263,6 +264,42 @@ func testList(t *testing.T, s lease.Store) {
 		assert.Equal(t, want.checkpoint, l.Checkpoint, "checkpoint of %q", want.key)
 		assert.Equal(t, read(t, s, want.key), l, "List and Read disagree on %q", want.key)
 	}
+}
+
+// testListPrefix checks a store that implements lease.PrefixLister lists exactly the keys
+// under a prefix, as List shows them; a store that does not skips nothing else.
+func testListPrefix(t *testing.T, s lease.Store) {
+	pl, ok := s.(lease.PrefixLister)
+	if !ok {
+		t.Skipf("%T does not implement lease.PrefixLister", s)
+	}
+	_, err := pl.ListPrefix(ctx(t), "")
+	require.ErrorIs(t, err, lease.ErrInvalidArgument, "ListPrefix with an empty prefix")
+	base := t.Name()
+	empty, err := pl.ListPrefix(ctx(t), base+"/a/")
+	require.NoError(t, err)
+	assert.Empty(t, empty, "ListPrefix of a new store")
+
+	// Two streams whose names share a prefix, and a row whose key is the bare stream name.
+	a0, a1, ab0, bare := base+"/a/shardId-0", base+"/a/~owner/x", base+"/ab/shardId-0", base+"/a"
+	for _, k := range []string{a0, a1, ab0, bare} {
+		require.True(t, acquire(t, s, k, "o", long))
+	}
+	require.True(t, checkpoint(t, s, a0, "o", "100"))
+	release(t, s, a1, "o")
+
+	got, err := pl.ListPrefix(ctx(t), base+"/a/")
+	require.NoError(t, err)
+	var keys []string
+	for _, l := range got {
+		keys = append(keys, l.Key)
+		assert.Equal(t, read(t, s, l.Key), l, "ListPrefix and Read disagree on %q", l.Key)
+	}
+	assert.Equal(t, []string{a0, a1}, keys, "keys listed under %q, in order", base+"/a/")
+	got, err = pl.ListPrefix(ctx(t), base+"/ab/")
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, ab0, got[0].Key)
 }
 
 func testConcurrentAcquire(t *testing.T, s lease.Store) {

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/gostream/kinesub"
+	"github.com/gostream/kinesub/internal/testenv"
+	"github.com/gostream/kinesub/lease"
+)
+
+// ---- Lease-table cost at steady state ----
+
+var (
+	leaseCost      = flag.Bool("leasecost", true, "measure the lease table's DynamoDB reads at steady state")
+	leaseShards    = flag.Int("lease-shards", 64, "shards of the lease-cost stream")
+	leaseInstances = flag.Int("lease-instances", 3, "subscribers sharing the lease-cost stream")
+	leaseOthers    = flag.Int("lease-others", 128, "rows of other streams in the lease-cost table")
+	leaseTTL       = flag.Duration("lease-ttl", 10*time.Second, "lease TTL of the lease-cost subscribers, the default (balance: 2 × TTL)")
+	leaseWindow    = flag.Duration("lease-window", 40*time.Second, "steady-state window the lease-cost pass counts: two balance rounds")
+	leasePoll      = flag.Duration("lease-poll", time.Second, "poll interval of the lease-cost readers (longer spares the emulator with many shards)")
+)
+
+// ddbCount counts one client's DynamoDB calls, the items they read (a Scan reads every item it
+// scans, also those its filter drops) and the read capacity they consumed (as the server
+// reports it: the counter asks every read for it).
+type ddbCount struct {
+	mu    sync.Mutex
+	calls map[string]int
+	items int
+	rcu   float64
+}
+
+func (c *ddbCount) reset() {
+	c.mu.Lock()
+	c.calls, c.items, c.rcu = map[string]int{}, 0, 0
+	c.mu.Unlock()
+}
+
+// middleware returns the client option that counts this client's calls.
+func (c *ddbCount) option(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("leasecost", func(ctx context.Context,
+			in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			switch p := in.Parameters.(type) {
+			case *dynamodb.ScanInput:
+				p.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+			case *dynamodb.GetItemInput:
+				p.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+			}
+			out, md, err := next.HandleInitialize(ctx, in)
+			op := strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%T", in.Parameters), "*dynamodb."), "Input")
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			c.calls[op]++
+			var cc *ddbtypes.ConsumedCapacity
+			switch r := out.Result.(type) {
+			case *dynamodb.ScanOutput:
+				c.items += int(r.ScannedCount)
+				cc = r.ConsumedCapacity
+			case *dynamodb.GetItemOutput:
+				if r.Item != nil {
+					c.items++
+				}
+				cc = r.ConsumedCapacity
+			}
+			if cc != nil {
+				c.rcu += aws.ToFloat64(cc.CapacityUnits)
+			}
+			return out, md, err
+		}), middleware.Before)
+	})
+}
+
+// hidePrefix hides the store's ListPrefix: a subscriber then lists the whole table every claim
+// tick, as every subscriber did before the change row.
+type hidePrefix struct{ lease.Store }
+
+// leaseCostFigures runs instances subscribers on one stream of shards, with other streams' rows
+// in the same table, and counts each one's DynamoDB calls at steady state: once reading the
+// whole table every claim tick (a store without ListPrefix), once reading the change row.
+func leaseCostFigures() error {
+	fmt.Println("== Lease table: DynamoDB reads per instance per minute at steady state (dynalite) ==")
+	if err := testenv.CheckLoopback(os.Getenv(testenv.DynamoDBEndpointVar)); err != nil {
+		return fmt.Errorf("%s: %v; run `make bench`, which starts the local servers and sets it", testenv.DynamoDBEndpointVar, err)
+	}
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
+	if err != nil {
+		return err
+	}
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+		cfg.Credentials = aws.AnonymousCredentials{}
+	}
+	kc := kinesis.NewFromConfig(cfg)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	stream := "kinesub-leasecost-" + hex.EncodeToString(b[:])
+	if _, err := createStream(ctx, kc, stream, int32(*leaseShards)); err != nil {
+		return err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = kc.DeleteStream(dctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream)})
+	}()
+	fmt.Printf("%d instances × %d shards, %d rows of other streams in the table, lease TTL %v (balance %v), %v measured\n",
+		*leaseInstances, *leaseShards, *leaseOthers, *leaseTTL, 2**leaseTTL, *leaseWindow)
+	var res [2]map[string]float64
+	for i, legacy := range []bool{true, false} {
+		if res[i], err = leaseCostPass(ctx, cfg, kc, stream, legacy); err != nil {
+			return err
+		}
+	}
+	keys := map[string]bool{}
+	for _, r := range res {
+		for k := range r {
+			keys[k] = true
+		}
+	}
+	var names []string
+	for k := range keys {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Printf("  %-28s %14s %14s\n", "per instance per minute", "every tick", "change row")
+	for _, k := range names {
+		fmt.Printf("  %-28s %14.1f %14.1f\n", k, res[0][k], res[1][k])
+	}
+	if a := res[1]["items read"]; a > 0 {
+		fmt.Printf("  items read: %.1f× fewer\n\n", res[0]["items read"]/a)
+	}
+	return nil
+}
+
+// leaseCostPass runs one pass on a new table and returns the mean per-instance figures per
+// minute.
+func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stream string, legacy bool) (map[string]float64, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	table := "kinesub-leasecost-" + hex.EncodeToString(b[:])
+	plain := dynamodb.NewFromConfig(cfg)
+	admin := lease.NewDynamoDB(plain, table)
+	if err := admin.EnsureTable(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		_, _ = plain.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
+	}()
+	for i := range *leaseOthers {
+		// Rows of other streams sharing the table, as their subscribers would leave them.
+		key := fmt.Sprintf("other-%d/shardId-%012d", i%2, i)
+		if _, err := admin.Acquire(ctx, key, "elsewhere", time.Hour); err != nil {
+			return nil, err
+		}
+		if _, err := admin.Checkpoint(ctx, key, "elsewhere", "49590338271490256608559692538361571095921575989136588898", 0); err != nil {
+			return nil, err
+		}
+	}
+	counts := make([]*ddbCount, *leaseInstances)
+	var subs []*kinesub.Subscriber
+	defer func() {
+		for _, s := range subs {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = s.Close(cctx)
+			cancel()
+		}
+	}()
+	began := time.Now()
+	var allHeld time.Duration // from the first Subscribe to every shard held
+	for i := range counts {
+		counts[i] = &ddbCount{}
+		counts[i].reset()
+		var store lease.Store = lease.NewDynamoDB(dynamodb.NewFromConfig(cfg, counts[i].option), table)
+		if legacy {
+			store = hidePrefix{store}
+		}
+		s, err := kinesub.Subscribe(ctx, kc, stream, kinesub.WithLeaseStore(store), kinesub.WithOwner(fmt.Sprintf("i%d", i)),
+			kinesub.WithLeaseTTL(*leaseTTL), kinesub.WithPollInterval(*leasePoll))
+		if err != nil {
+			return nil, err
+		}
+		subs = append(subs, s)
+		go func() { // owned by this pass: Messages closes at Close
+			for range s.Messages() {
+			}
+		}()
+	}
+	// Steady: every shard held, the shares even, for two balance intervals (2 × TTL each).
+	fair := (*leaseShards + *leaseInstances - 1) / *leaseInstances
+	deadline := time.Now().Add(3 * time.Minute)
+	var since time.Time // since when the split has been even
+	for ; since.IsZero() || time.Since(since) < 4**leaseTTL; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no steady split of %d shards in 3 minutes", *leaseShards)
+		}
+		per := make(map[string]int)
+		held := 0
+		ls, err := admin.ListPrefix(ctx, stream+"/")
+		if err != nil {
+			return nil, err
+		}
+		for _, l := range ls {
+			if id := strings.TrimPrefix(l.Key, stream+"/"); !strings.Contains(id, "/") && l.Held(time.Now()) {
+				per[l.Owner]++
+				held++
+			}
+		}
+		if held == *leaseShards && allHeld == 0 {
+			allHeld = time.Since(began)
+		}
+		even := held == *leaseShards && len(per) == *leaseInstances
+		for _, n := range per {
+			even = even && n >= fair-1 && n <= fair
+		}
+		if !even {
+			since = time.Time{}
+		} else if since.IsZero() {
+			since = time.Now()
+		}
+	}
+	for _, c := range counts {
+		c.reset()
+	}
+	start := time.Now()
+	time.Sleep(*leaseWindow)
+	perMin := time.Minute.Seconds() / time.Since(start).Seconds() / float64(len(counts))
+	out := map[string]float64{"seconds to all held (once)": allHeld.Seconds()}
+	for _, c := range counts {
+		c.mu.Lock()
+		for op, n := range c.calls {
+			out["calls "+op] += float64(n) * perMin
+			out["calls (all)"] += float64(n) * perMin
+		}
+		out["items read"] += float64(c.items) * perMin
+		out["read units"] += c.rcu * perMin
+		c.mu.Unlock()
+	}
+	return out, nil
+}

@@ -1,0 +1,273 @@
+package kinesub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// countingLister is a memory store that counts reads of whole streams (and of the whole
+// store) and of change rows, and records the prefixes listed.
+type countingLister struct {
+	*lease.Memory
+	lists, changeReads atomic.Int64
+
+	mu       sync.Mutex
+	prefixes map[string]bool
+}
+
+func newCountingLister() *countingLister {
+	return &countingLister{Memory: lease.NewMemory(), prefixes: map[string]bool{}}
+}
+
+func (c *countingLister) List(ctx context.Context) ([]lease.Lease, error) {
+	c.lists.Add(1)
+	c.mu.Lock()
+	c.prefixes[""] = true
+	c.mu.Unlock()
+	return c.Memory.List(ctx)
+}
+
+func (c *countingLister) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	c.lists.Add(1)
+	c.mu.Lock()
+	c.prefixes[prefix] = true
+	c.mu.Unlock()
+	return c.Memory.ListPrefix(ctx, prefix)
+}
+
+func (c *countingLister) Read(ctx context.Context, key string) (lease.Lease, error) {
+	if strings.HasSuffix(key, "/"+changesRow) {
+		c.changeReads.Add(1)
+	}
+	return c.Memory.Read(ctx, key)
+}
+
+// owners counts the shard leases of stream held per owner.
+func owners(t *testing.T, store lease.Store, f *fakeStream) map[string]int {
+	t.Helper()
+	per := map[string]int{}
+	for _, sh := range f.shards {
+		if l := readLease(t, store, f.stream, sh.id); l.Held(time.Now()) {
+			per[l.Owner]++
+		}
+	}
+	return per
+}
+
+// steady waits until the bubble is idle, then checks that over 10 claim ticks (of a second)
+// the subscribers read their change row and nothing else of the table.
+func steady(t *testing.T, store *countingLister) {
+	t.Helper()
+	synctest.Wait()
+	lists, reads := store.lists.Load(), store.changeReads.Load()
+	time.Sleep(10 * time.Second)
+	synctest.Wait()
+	require.Equal(t, lists, store.lists.Load(), "the table was read in a steady state")
+	require.GreaterOrEqual(t, store.changeReads.Load()-reads, int64(10), "change row reads in 10 s")
+}
+
+// TestCloseNoticedThroughChangeRow: two subscribers share 4 shards and, steady, read only the
+// change row. When one closes, the other holds all 4 within 2 s, though the lease TTL (30 s)
+// and the balance interval (an hour) are far away: the release moved the change row. It runs
+// in a synctest bubble, so the times are exact.
+func TestCloseNoticedThroughChangeRow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newCountingLister()
+		f := newFakeStream("changes", 4)
+		opts := func(owner string) []Option {
+			return fakeOpts(WithLeaseStore(store), WithOwner(owner), WithLeaseTTL(30*time.Second),
+				WithBalanceInterval(time.Hour), WithShardSyncInterval(time.Second))
+		}
+		a := subscribeFake(t, f, opts("a")...)
+		eventually(t, 5*time.Second, "a reads 4", func() bool { return reading(a) == 4 })
+		b := subscribeFake(t, f, opts("b")...)
+		eventually(t, 5*time.Second, "2/2", func() bool { return reading(a) == 2 && reading(b) == 2 })
+		steady(t, store)
+
+		require.NoError(t, a.Close(context.Background()))
+		closed := time.Now()
+		lists := store.lists.Load()
+		eventually(t, 5*time.Second, "b holds 4", func() bool { return owners(t, store, f)["b"] == 4 })
+		require.LessOrEqual(t, time.Since(closed), 2*time.Second, "handoff after Close")
+		require.Greater(t, store.lists.Load(), lists, "b did not read the table")
+		eventually(t, 5*time.Second, "b reads 4", func() bool { return reading(b) == 4 })
+		steady(t, store)
+	})
+}
+
+// TestSharedTableBalancesEachStream: three streams share one table, with the same two owner
+// names on each. Each stream is split evenly between its own two subscribers, each subscriber
+// lists only its stream's rows, and a subscriber leaving one stream moves that stream's
+// shards only.
+func TestSharedTableBalancesEachStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newCountingLister()
+		streams := []*fakeStream{newFakeStream("orders", 4), newFakeStream("payments", 6), newFakeStream("audit", 2)}
+		subs := map[string]*Subscriber{}
+		for _, f := range streams {
+			for _, owner := range []string{"a", "b"} {
+				subs[f.stream+"/"+owner] = subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner(owner))...)
+			}
+		}
+		split := func() string {
+			var out []string
+			for _, f := range streams {
+				per := owners(t, store, f)
+				out = append(out, fmt.Sprintf("%s %d/%d", f.stream, per["a"], per["b"]))
+			}
+			return strings.Join(out, ", ")
+		}
+		const even = "orders 2/2, payments 3/3, audit 1/1"
+		eventually(t, 10*time.Second, even, func() bool { return split() == even })
+		store.mu.Lock()
+		require.Equal(t, map[string]bool{"orders/": true, "payments/": true, "audit/": true}, store.prefixes,
+			"what the subscribers listed")
+		store.mu.Unlock()
+
+		require.NoError(t, subs["payments/a"].Close(context.Background()))
+		const moved = "orders 2/2, payments 0/6, audit 1/1"
+		eventually(t, 10*time.Second, moved, func() bool { return split() == moved })
+		time.Sleep(10 * subs["orders/a"].cfg.balanceInterval)
+		require.Equal(t, moved, split(), "after 10 balance rounds")
+	})
+}
+
+// crashable fails every call once down is set, as a process that crashed: nothing it held is
+// released or renewed.
+type crashable struct {
+	lease.Store
+	down atomic.Bool
+}
+
+var errCrashed = errors.New("crashed")
+
+func (c *crashable) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if c.down.Load() {
+		return false, errCrashed
+	}
+	return c.Store.Acquire(ctx, key, owner, ttl)
+}
+
+func (c *crashable) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	if c.down.Load() {
+		return nil, errCrashed
+	}
+	return c.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
+}
+
+func (c *crashable) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if c.down.Load() {
+		return false, errCrashed
+	}
+	return c.Store.Renew(ctx, key, owner, ttl)
+}
+
+func (c *crashable) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
+	if c.down.Load() {
+		return false, errCrashed
+	}
+	return c.Store.Checkpoint(ctx, key, owner, seq, sub)
+}
+
+func (c *crashable) Release(ctx context.Context, key, owner string) error {
+	if c.down.Load() {
+		return errCrashed
+	}
+	return c.Store.Release(ctx, key, owner)
+}
+
+// TestCrashNoticedThroughPeerWatch: of two subscribers sharing 4 shards, one crashes. The other
+// holds all 4 within one lease TTL and two claim ticks of the crash, though its balance round
+// is an hour away and nothing was released: it watches its peer's heartbeat row. It runs in a
+// synctest bubble, so the times are exact.
+func TestCrashNoticedThroughPeerWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newCountingLister()
+		crashing := &crashable{Store: store}
+		f := newFakeStream("crash", 4)
+		ttl := 3 * time.Second
+		opts := func(s lease.Store, owner string) []Option {
+			return fakeOpts(WithLeaseStore(s), WithOwner(owner), WithLeaseTTL(ttl),
+				WithBalanceInterval(time.Hour), WithShardSyncInterval(time.Second))
+		}
+		a := subscribeFake(t, f, opts(crashing, "a")...)
+		eventually(t, 5*time.Second, "a reads 4", func() bool { return reading(a) == 4 })
+		b := subscribeFake(t, f, opts(store, "b")...)
+		eventually(t, 5*time.Second, "2/2", func() bool {
+			per := owners(t, store, f)
+			return per["a"] == 2 && per["b"] == 2 && reading(b) == 2
+		})
+		synctest.Wait()
+		crashing.down.Store(true)
+		crashed := time.Now()
+		eventually(t, time.Minute, "b holds 4", func() bool { return owners(t, store, f)["b"] == 4 })
+		require.LessOrEqual(t, time.Since(crashed), ttl+2*time.Second, "failover after the crash")
+	})
+}
+
+// TestWatchSaw: after a round, a subscriber watches the next live owner by name (wrapping
+// around), and schedules a read when the first lease of an owner without a live heartbeat
+// lapses.
+func TestWatchSaw(t *testing.T) {
+	now := time.Unix(1000, 0)
+	beat := func(o string, in time.Duration) lease.Lease {
+		return lease.Lease{Key: "s/~owner/" + o, Owner: o, Expiry: now.Add(in), Counter: 1}
+	}
+	held := func(o string, in time.Duration) lease.Lease {
+		return lease.Lease{Owner: o, Expiry: now.Add(in), Counter: 1}
+	}
+	for _, tc := range []struct {
+		name, owner, peer string
+		beats             []lease.Lease
+		leases            map[string]lease.Lease
+		due               time.Duration // 0: none
+	}{
+		{name: "alone", owner: "b", beats: []lease.Lease{beat("b", time.Second)}},
+		{name: "next by name", owner: "b", peer: "c",
+			beats: []lease.Lease{beat("a", time.Second), beat("b", time.Second), beat("c", time.Second)}},
+		{name: "wraps around", owner: "c", peer: "a",
+			beats: []lease.Lease{beat("a", time.Second), beat("b", time.Second), beat("c", time.Second)}},
+		{name: "lapsed heartbeat not watched", owner: "a", peer: "c",
+			beats: []lease.Lease{beat("a", time.Second), beat("b", -time.Second), beat("c", time.Second)}},
+		{name: "leases of a departed owner", owner: "a", peer: "c",
+			beats: []lease.Lease{beat("a", time.Second), beat("b", -time.Second), beat("c", time.Second)},
+			leases: map[string]lease.Lease{"1": held("b", 3*time.Second), "2": held("b", 2*time.Second),
+				"3": held("c", time.Second), "4": held("d", 5*time.Second), "5": held("b", -time.Second)},
+			due: 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Subscriber{stream: "s", cfg: config{owner: tc.owner}}
+			v := &view{now: now, beats: map[string]lease.Lease{}, leases: tc.leases, change: 7}
+			for _, b := range tc.beats {
+				v.beats[b.Owner] = b
+			}
+			var w watch
+			require.Same(t, v, w.saw(s, v))
+			require.True(t, w.read)
+			require.EqualValues(t, 7, w.change)
+			require.Equal(t, tc.peer, w.peer)
+			if tc.peer != "" {
+				require.Equal(t, "s/~owner/"+tc.peer, w.peerKey)
+				require.Equal(t, v.beats[tc.peer].Expiry, w.peerExp)
+			}
+			if tc.due == 0 {
+				require.True(t, w.due.IsZero(), "due %v", w.due)
+			} else {
+				require.Equal(t, now.Add(tc.due), w.due)
+			}
+			require.Nil(t, w.saw(s, nil))
+			require.False(t, w.read, "a failed round leaves the next tick to read")
+		})
+	}
+}
