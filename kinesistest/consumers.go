@@ -137,12 +137,9 @@ func (s *Server) listConsumers(body []byte) (any, *apiError) {
 	if err := decode(body, &in); err != nil {
 		return nil, err
 	}
-	max := 100
-	if in.MaxResults != nil {
-		if *in.MaxResults < 1 || *in.MaxResults > 10000 {
-			return nil, errValidation("1 validation error detected: Value '%d' at 'maxResults' failed to satisfy constraint: Member must have value between 1 and 10000", *in.MaxResults)
-		}
-		max = *in.MaxResults
+	max, verr := pageSize(in.MaxResults, "maxResults", 100, 10000)
+	if verr != nil {
+		return nil, verr
 	}
 	skip := 0
 	if in.NextToken != "" {

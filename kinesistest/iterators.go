@@ -124,12 +124,9 @@ func (s *Server) getRecords(body []byte) (any, *apiError) {
 	if err := decode(body, &in); err != nil {
 		return nil, err
 	}
-	limit := maxGetRecords
-	if in.Limit != nil {
-		if *in.Limit < 1 || *in.Limit > maxGetRecords {
-			return nil, errValidation("1 validation error detected: Value '%d' at 'limit' failed to satisfy constraint: Member must have value between 1 and %d", *in.Limit, maxGetRecords)
-		}
-		limit = *in.Limit
+	limit, verr := pageSize(in.Limit, "limit", maxGetRecords, maxGetRecords)
+	if verr != nil {
+		return nil, verr
 	}
 	it, ok := parseIterator(in.ShardIterator)
 	if !ok {
@@ -188,11 +185,23 @@ func millisBehind(records []record, next int, now time.Time) int64 {
 }
 
 func appendGetRecords(recs []record, it iterator, end int, atEnd bool, children []childShardJSON, behind int64, now time.Time) []byte {
-	n := 64
+	return appendPage(recs, atEnd, children, behind, func(buf []byte) []byte {
+		next := iterator{stream: it.stream, id: it.id, shard: it.shard, pos: end, issued: now}
+		buf = append(buf, `,"NextShardIterator":"`...)
+		buf = append(buf, next.String()...)
+		return append(buf, '"')
+	})
+}
+
+// appendPage renders a page of records as GetRecords and SubscribeToShard events share it:
+// the records, MillisBehindLatest, and ChildShards at a closed shard's end or, before it, what
+// more tells the client where to go on from.
+func appendPage(recs []record, atEnd bool, children []childShardJSON, behind int64, more func([]byte) []byte) []byte {
+	n := 384
 	for _, r := range recs {
 		n += len(r.json) + 1
 	}
-	buf := make([]byte, 0, n+256)
+	buf := make([]byte, 0, n)
 	buf = append(buf, `{"Records":[`...)
 	for i, r := range recs {
 		if i > 0 {
@@ -206,10 +215,7 @@ func appendGetRecords(recs []record, it iterator, end int, atEnd bool, children 
 		buf = append(buf, `,"ChildShards":`...)
 		buf = appendJSON(buf, children)
 	} else {
-		next := iterator{stream: it.stream, id: it.id, shard: it.shard, pos: end, issued: now}
-		buf = append(buf, `,"NextShardIterator":"`...)
-		buf = append(buf, next.String()...)
-		buf = append(buf, '"')
+		buf = more(buf)
 	}
 	return append(buf, '}')
 }

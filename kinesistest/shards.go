@@ -160,12 +160,9 @@ func (s *Server) listShards(body []byte) (any, *apiError) {
 	if err := decode(body, &in); err != nil {
 		return nil, err
 	}
-	max := 1000
-	if in.MaxResults != nil {
-		if *in.MaxResults < 1 || *in.MaxResults > 10000 {
-			return nil, errValidation("1 validation error detected: Value '%d' at 'maxResults' failed to satisfy constraint: Member must have value between 1 and 10000", *in.MaxResults)
-		}
-		max = *in.MaxResults
+	max, verr := pageSize(in.MaxResults, "maxResults", 1000, 10000)
+	if verr != nil {
+		return nil, verr
 	}
 	after, filter := in.ExclusiveStartShardId, in.ShardFilter
 	var tok listToken

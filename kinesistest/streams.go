@@ -211,12 +211,9 @@ func (s *Server) describeStream(body []byte) (any, *apiError) {
 	if err := decode(body, &in); err != nil {
 		return nil, err
 	}
-	limit := 100
-	if in.Limit != nil {
-		if *in.Limit < 1 || *in.Limit > 10000 {
-			return nil, errValidation("1 validation error detected: Value '%d' at 'limit' failed to satisfy constraint: Member must have value between 1 and 10000", *in.Limit)
-		}
-		limit = *in.Limit
+	limit, verr := pageSize(in.Limit, "limit", 100, 10000)
+	if verr != nil {
+		return nil, verr
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -273,12 +270,9 @@ func (s *Server) listStreams(body []byte) (any, *apiError) {
 	if err := decode(body, &in); err != nil {
 		return nil, err
 	}
-	limit := 100
-	if in.Limit != nil {
-		if *in.Limit < 1 || *in.Limit > 10000 {
-			return nil, errValidation("1 validation error detected: Value '%d' at 'limit' failed to satisfy constraint: Member must have value between 1 and 10000", *in.Limit)
-		}
-		limit = *in.Limit
+	limit, verr := pageSize(in.Limit, "limit", 100, 10000)
+	if verr != nil {
+		return nil, verr
 	}
 	if in.NextToken != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(in.NextToken)
@@ -341,4 +335,16 @@ func (e *epochSeconds) UnmarshalJSON(b []byte) error {
 	sec := int64(f)
 	*e = epochSeconds(time.Unix(sec, int64((f-float64(sec))*1e9)).Round(time.Millisecond))
 	return nil
+}
+
+// pageSize is a request's page size parameter (name): def when absent, else within 1 to hi, as
+// the service validates it.
+func pageSize(v *int, name string, def, hi int) (int, *apiError) {
+	if v == nil {
+		return def, nil
+	}
+	if *v < 1 || *v > hi {
+		return 0, errValidation("1 validation error detected: Value '%d' at '%s' failed to satisfy constraint: Member must have value between 1 and %d", *v, name, hi)
+	}
+	return *v, nil
 }

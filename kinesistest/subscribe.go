@@ -2,7 +2,6 @@ package kinesistest
 
 import (
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream"
@@ -152,27 +151,9 @@ func (s *Server) subscribe(consumerARN, shardID string, start startingPosition) 
 }
 
 func appendEvent(recs []record, cont string, atEnd bool, children []childShardJSON, behind int64) []byte {
-	n := 128
-	for _, r := range recs {
-		n += len(r.json) + 1
-	}
-	buf := make([]byte, 0, n)
-	buf = append(buf, `{"Records":[`...)
-	for i, r := range recs {
-		if i > 0 {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, r.json...)
-	}
-	buf = append(buf, `],"MillisBehindLatest":`...)
-	buf = strconv.AppendInt(buf, behind, 10)
-	if atEnd {
-		buf = append(buf, `,"ChildShards":`...)
-		buf = appendJSON(buf, children)
-	} else {
+	return appendPage(recs, atEnd, children, behind, func(buf []byte) []byte {
 		buf = append(buf, `,"ContinuationSequenceNumber":"`...)
 		buf = append(buf, cont...)
-		buf = append(buf, '"')
-	}
-	return append(buf, '}')
+		return append(buf, '"')
+	})
 }
