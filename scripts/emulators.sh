@@ -11,9 +11,11 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 testenv="$root/testenv"
-run="$testenv/.run"
 kport=${KINESUB_KINESIS_PORT:-4567}
 dport=${KINESUB_DYNAMODB_PORT:-4568}
+# One directory of pid files and logs per pair of ports, so that servers started on other ports
+# from the same checkout (a make demo beside a make test) are never stopped by this one's down.
+run="$testenv/.run/$kport-$dport"
 
 die() { echo "emulators: $*" >&2; exit 1; }
 
