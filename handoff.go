@@ -10,9 +10,11 @@ import (
 // leaves it for the next. One consumer pulls at a time: it holds the token, and with it rest.
 //
 // Every delivery is checked against its shard's generation gate when it is pulled: counted as
-// handed out first, then checked (and uncounted if stale). A fence (Seek, a lost lease, Close)
-// bumps the gate first and then reads the count: of the two, one sees the other's write, so
-// either the pull finds the delivery stale or the fence counts it. No lock is taken per record.
+// handed out first, then checked (and uncounted if stale). A pull that starts after a gate was
+// bumped (Seek, a lost lease, a hand-back, Close) finds that shard's deliveries stale. Those
+// waiting for the consumer to settle what it holds (a hand-back, Close) bump the gate first and
+// then read the count: of the two, one sees the other's write, so either the pull finds the
+// delivery stale or the wait counts it. No lock is taken per record.
 type handoff struct {
 	in    chan []Message // readers → consumer, a page at a time
 	token chan struct{}  // holds one token; the consumer pulling has taken it
