@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -188,6 +189,12 @@ func printLeases(ctx context.Context, store lease.Store, stream string) error {
 		return err
 	}
 	for _, l := range ls {
+		// The stream's shard leases only: skip other streams' rows and the stream's bookkeeping
+		// rows (<stream>/~owner/<name> heartbeats, <stream>/~table/changes).
+		shard, ok := strings.CutPrefix(l.Key, stream+"/")
+		if !ok || strings.HasPrefix(shard, "~") {
+			continue
+		}
 		owner := l.Owner
 		if owner == "" {
 			owner = "(released)"
