@@ -122,6 +122,13 @@ func TestKPLSubSequenceCheckpoints(t *testing.T) {
 	}
 	shard := got[0].ShardID()
 	require.NoError(t, first.Commit(context.Background()))
+	var st ShardStatus
+	for _, x := range first.Shards() {
+		if x.ShardID == shard {
+			st = x
+		}
+	}
+	require.Equal(t, []any{seqA, 4}, []any{st.LastCheckpoint, st.LastCheckpointSubSequence}, "Shards shows the sub-sequence written")
 	closeCtx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	require.NoError(t, first.Close(closeCtx))

@@ -27,10 +27,10 @@ type worker struct {
 	dirty   bool   // wm.mark not yet written
 	lastSeq string // newest sequence number fetched in this generation
 
-	flushSem   chan struct{}          // held while a checkpoint write runs; waits end with ctx
-	written    string                 // newest checkpoint in the store as far as this worker knows
-	writtenSub int                    // its sub-sequence (lease.Lease.SubSequence)
-	shown      atomic.Pointer[string] // written, for Shards, which must not wait on a write
+	flushSem   chan struct{}           // held while a checkpoint write runs; waits end with ctx
+	written    string                  // newest checkpoint in the store as far as this worker knows
+	writtenSub int                     // its sub-sequence (lease.Lease.SubSequence)
+	shown      atomic.Pointer[written] // written, for Shards, which must not wait on a write
 
 	handedOut   atomic.Int64 // handed to the consumer, not yet settled
 	waitingRoom atomic.Bool
@@ -85,7 +85,13 @@ func (w *worker) bump() uint64 { return w.gate.Add(1) }
 // before the worker starts).
 func (w *worker) setWritten(seq string, sub int) {
 	w.written, w.writtenSub = seq, sub
-	w.shown.Store(&seq)
+	w.shown.Store(&written{seq, sub})
+}
+
+// written is a checkpoint as Shards shows it.
+type written struct {
+	seq string
+	sub int
 }
 
 // closed reports whether the subscription's Close has finished: its checkpoints are written
@@ -217,7 +223,7 @@ func (w *worker) describe(st *ShardStatus) {
 	st.InFlightBytes = w.wm.bytes
 	w.mu.Unlock()
 	if p := w.shown.Load(); p != nil {
-		st.LastCheckpoint = *p
+		st.LastCheckpoint, st.LastCheckpointSubSequence = p.seq, p.sub
 	}
 	st.MillisBehindLatest = w.millisBehind.Load()
 	st.Throttled = w.throttled.Load()

@@ -39,14 +39,17 @@ type ShardStatus struct {
 	WaitingFor string     `json:"waiting_for,omitempty"` // the parent it waits for
 	Owner      string     `json:"owner,omitempty"`       // the lease holder, when held
 	// The fields below are set while this subscriber reads the shard.
-	LastDelivered      string `json:"last_delivered,omitempty"`    // newest sequence number fetched
-	LastCheckpoint     string `json:"last_checkpoint,omitempty"`   // newest checkpoint written
-	InFlight           int    `json:"in_flight"`                   // delivered, not yet acked
-	InFlightBytes      int    `json:"in_flight_bytes"`             // data held toward WithMaxInFlightBytes
-	WaitingForAcks     bool   `json:"waiting_for_acks"`            // at a cap: reading waits for acks
-	MillisBehindLatest int64  `json:"millis_behind_latest"`        // from the last GetRecords
-	Throttled          bool   `json:"throttled"`                   // the last read was throttled
-	Checkpoints        int64  `json:"checkpoint_writes,omitempty"` // writes made by this reader
+	LastDelivered  string `json:"last_delivered,omitempty"`  // newest sequence number fetched
+	LastCheckpoint string `json:"last_checkpoint,omitempty"` // newest checkpoint written
+	// LastCheckpointSubSequence is the checkpoint's position within a KPL aggregate: the user
+	// records of that aggregate up to this one are handled (0 for plain records).
+	LastCheckpointSubSequence int   `json:"last_checkpoint_subsequence,omitempty"`
+	InFlight                  int   `json:"in_flight"`                   // delivered, not yet acked
+	InFlightBytes             int   `json:"in_flight_bytes"`             // data held toward WithMaxInFlightBytes
+	WaitingForAcks            bool  `json:"waiting_for_acks"`            // at a cap: reading waits for acks
+	MillisBehindLatest        int64 `json:"millis_behind_latest"`        // from the last GetRecords
+	Throttled                 bool  `json:"throttled"`                   // the last read was throttled
+	Checkpoints               int64 `json:"checkpoint_writes,omitempty"` // writes made by this reader
 }
 
 // Shards reports the state of every shard of the stream as of this subscriber's last rounds
