@@ -190,3 +190,38 @@ func TestStreamARNSharesLeases(t *testing.T) {
 	}
 	none(t, byARN)
 }
+
+// pagedShards lists shards one a page, so that every listing takes continuation calls.
+type pagedShards struct{ *kinesis.Client }
+
+func (p pagedShards) ListShards(ctx context.Context, in *kinesis.ListShardsInput, o ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
+	cp := *in
+	cp.MaxResults = aws.Int32(1)
+	return p.Client.ListShards(ctx, &cp, o...)
+}
+
+// TestStreamARNListShardsContinuation: a subscriber given a stream ARN lists a stream whose
+// shards take several ListShards pages. The continuation calls carry the NextToken alone (the
+// service refuses it beside a stream name or ARN), and every shard is read.
+func TestStreamARNListShardsContinuation(t *testing.T) {
+	s, _ := newFanOutStream(t, 3)
+	for i := range 30 {
+		s.put(fmt.Sprintf("key-%d", i), []byte(fmt.Sprintf("r%d", i)))
+	}
+	arn := streamARN(t, s)
+	sub, err := subscribe(context.Background(), pagedShards{s.c}, arn,
+		testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close(context.Background()) })
+	got := recv(t, sub, 30, true)
+	shards := map[string]bool{}
+	for _, m := range got {
+		shards[m.ShardID()] = true
+	}
+	require.Len(t, shards, 3, "records of every shard read")
+	select {
+	case err := <-sub.Errors():
+		t.Fatalf("reported: %v", err)
+	default:
+	}
+}

@@ -124,8 +124,9 @@ func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, erro
 	for {
 		in := &kinesis.ListShardsInput{StreamName: s.ref.streamName(), StreamARN: s.ref.streamARN()}
 		if token != nil {
-			// The API takes the token without the stream's name on continuation calls.
-			in = &kinesis.ListShardsInput{NextToken: token, StreamARN: s.ref.streamARN()}
+			// The token names the stream: the API refuses it beside StreamName, and kinesistest
+			// beside StreamARN too; the Java KCL sends it alone as well.
+			in = &kinesis.ListShardsInput{NextToken: token}
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 		out, err := s.client.ListShards(cctx, in)
