@@ -180,12 +180,14 @@ func (f *fanOut) take(limit int) page {
 func (f *fanOut) subscribe(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	timedOut := time.AfterFunc(f.timeout, cancel)
-	f.lastCall = time.Now()
 	in := f.at.iteratorInput(f.stream, f.shard)
 	out, err := f.client.SubscribeToShard(sctx, &kinesis.SubscribeToShardInput{
 		ConsumerARN: aws.String(f.consumerARN), ShardId: aws.String(f.shard),
 		StartingPosition: &types.StartingPosition{Type: in.ShardIteratorType, SequenceNumber: in.StartingSequenceNumber, Timestamp: in.Timestamp},
 	}, noRetry)
+	// The service counted the call somewhere between its sending and its answer: the next one,
+	// a second after the answer, is a second after it there too, however long the trip.
+	f.lastCall = time.Now()
 	if !timedOut.Stop() {
 		if err == nil {
 			_ = out.GetStream().Close()
