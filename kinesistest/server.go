@@ -163,8 +163,8 @@ func (s *Server) Config() aws.Config {
 func (s *Server) Client() *kinesis.Client { return kinesis.NewFromConfig(s.Config()) }
 
 // Subscriptions returns the number of SubscribeToShard subscriptions the server is serving:
-// those that sent their initial response and have not ended, by their lifetime, their shard's
-// end, a takeover, a fault, or the client closing the stream. A test checks with it that a
+// those it accepted (a call that returned without error is counted) and that have not ended,
+// by their lifetime, their shard's end, a takeover, a fault, or the client closing the stream. A test checks with it that a
 // consumer released the HTTP/2 streams of the subscriptions it ended.
 func (s *Server) Subscriptions() int { return int(s.subscriptions.Load()) }
 
