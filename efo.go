@@ -37,6 +37,7 @@ type fanOut struct {
 	events   *kinesis.SubscribeToShardEventStream // nil: no live subscription
 	cancel   context.CancelFunc                   // ends events' request
 
+	stall    *time.Timer    // the stall deadline of the current wait for an event
 	held     []types.Record // records of the last event not yet returned
 	heldEnd  bool           // the last event was the shard's last: end once held is empty
 	children []string
@@ -100,9 +101,14 @@ func (f *fanOut) next(ctx context.Context, limit int) (page, error) {
 		}
 	}
 	// The deadline counts only time spent waiting here: a reader held back by its consumer
-	// (WithMaxInFlight) is not waiting, and the events wait for it in the stream.
-	stall := time.NewTimer(f.stallAfter)
-	defer stall.Stop()
+	// (WithMaxInFlight) is not waiting, and the events wait for it in the stream. One timer
+	// serves every wait: a wait per event would otherwise allocate one.
+	if f.stall == nil {
+		f.stall = time.NewTimer(f.stallAfter)
+	} else {
+		f.stall.Reset(f.stallAfter)
+	}
+	defer f.stall.Stop()
 	select {
 	case ev, ok := <-f.events.Events():
 		if !ok {
@@ -122,7 +128,7 @@ func (f *fanOut) next(ctx context.Context, limit int) (page, error) {
 			f.accept(&e.Value)
 		}
 		return f.take(limit), nil
-	case <-stall.C:
+	case <-f.stall.C:
 		f.end()
 		return page{}, &sourceError{op: OpSubscribeToShard, err: fmt.Errorf("%w: no event for %v", errSubscriptionStalled, f.stallAfter)}
 	case <-f.note:
@@ -142,7 +148,11 @@ var errSubscriptionStalled = errors.New("kinesub: enhanced fan-out subscription 
 
 // accept holds an event's records and notes where the next subscription starts.
 func (f *fanOut) accept(ev *types.SubscribeToShardEvent) {
-	f.held = append(f.held, ev.Records...)
+	if len(f.held) == 0 {
+		f.held = ev.Records // the event's own slice: no copy
+	} else {
+		f.held = append(f.held, ev.Records...)
+	}
 	f.behind = aws.ToInt64(ev.MillisBehindLatest)
 	switch {
 	case ev.ContinuationSequenceNumber != nil:
@@ -180,12 +190,14 @@ func (f *fanOut) take(limit int) page {
 func (f *fanOut) subscribe(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	timedOut := time.AfterFunc(f.timeout, cancel)
-	f.lastCall = time.Now()
 	in := f.at.iteratorInput(f.stream, f.shard)
 	out, err := f.client.SubscribeToShard(sctx, &kinesis.SubscribeToShardInput{
 		ConsumerARN: aws.String(f.consumerARN), ShardId: aws.String(f.shard),
 		StartingPosition: &types.StartingPosition{Type: in.ShardIteratorType, SequenceNumber: in.StartingSequenceNumber, Timestamp: in.Timestamp},
 	}, noRetry)
+	// The service counted the call somewhere between its sending and its answer: the next one,
+	// a second after the answer, is a second after it there too, however long the trip.
+	f.lastCall = time.Now()
 	if !timedOut.Stop() {
 		if err == nil {
 			_ = out.GetStream().Close()

@@ -37,7 +37,9 @@
 // (WithStatusDelay) and subscription lifetimes count on it. WithLimits enforces the service's
 // per-shard throughput limits, so throttling can be tested; by default they are off. WithFaults
 // injects throttles, internal failures, dropped connections and latency into chosen operations
-// from a seeded plan.
+// from a seeded plan, and breaks SubscribeToShard subscriptions after some events (a reset
+// stream, or an error event). Subscriptions tells how many subscriptions are open, so a test
+// can check that a consumer released the streams it ended.
 //
 // # Differences from the service
 //

@@ -22,6 +22,13 @@ const (
 	DropConnection
 	// Latency answers as usual after Fault.Latency.
 	Latency
+	// ResetStream lets a SubscribeToShard subscription send Fault.AfterEvents events, then
+	// resets its HTTP/2 stream (RST_STREAM) without ending it: a connection lost mid-stream.
+	ResetStream
+	// StreamError lets a SubscribeToShard subscription send Fault.AfterEvents events, then ends
+	// it with an InternalFailureException in the event stream, as the service reports a failure
+	// after the subscription started.
+	StreamError
 )
 
 // Fault injects one kind of fault into a share of the calls of one operation.
@@ -33,6 +40,9 @@ type Fault struct {
 	Probability float64
 	// Latency is the delay of a Latency fault, in (0, 1m].
 	Latency time.Duration
+	// AfterEvents is how many SubscribeToShardEvents (idle ones included) a ResetStream or
+	// StreamError subscription sends before the fault, at least 0.
+	AfterEvents int
 }
 
 // FaultPlan is a seeded plan of faults: the same seed and the same sequence of calls give the
@@ -52,8 +62,14 @@ func WithFaults(p *FaultPlan) Option { return func(c *config) { c.faults = p } }
 
 func (p *FaultPlan) validate() error {
 	for i, f := range p.Faults {
-		if f.Kind < Throttle || f.Kind > Latency {
-			return fmt.Errorf("kinesistest: WithFaults: Faults[%d].Kind %d: must be Throttle, InternalFailure, DropConnection or Latency", i, f.Kind)
+		if f.Kind < Throttle || f.Kind > StreamError {
+			return fmt.Errorf("kinesistest: WithFaults: Faults[%d].Kind %d: must be Throttle, InternalFailure, DropConnection, Latency, ResetStream or StreamError", i, f.Kind)
+		}
+		if f.streamFault() && f.Op != "SubscribeToShard" {
+			return fmt.Errorf("kinesistest: WithFaults: Faults[%d].Op %q: a ResetStream or StreamError fault must name SubscribeToShard", i, f.Op)
+		}
+		if f.AfterEvents < 0 {
+			return fmt.Errorf("kinesistest: WithFaults: Faults[%d].AfterEvents %d: must be at least 0", i, f.AfterEvents)
 		}
 		if !(f.Probability > 0 && f.Probability <= 1) {
 			return fmt.Errorf("kinesistest: WithFaults: Faults[%d].Probability %v: must be in (0, 1]", i, f.Probability)
@@ -65,6 +81,9 @@ func (p *FaultPlan) validate() error {
 	p.rng = rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))
 	return nil
 }
+
+// streamFault reports whether f breaks a subscription once it started, rather than the call.
+func (f Fault) streamFault() bool { return f.Kind == ResetStream || f.Kind == StreamError }
 
 // draw returns the fault for a call of op, if any.
 func (p *FaultPlan) draw(op string) (Fault, bool) {

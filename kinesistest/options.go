@@ -59,7 +59,8 @@ func (c *config) validate() error {
 
 // WithLimits enforces the service's throughput limits, overriding the default of not enforcing
 // them: per shard, 5 GetRecords calls and 2 MB read per second, 1,000 records and 1 MB written
-// per second, and one SubscribeToShard call per second per consumer. A call over a limit fails
+// per second, and one SubscribeToShard call per second per consumer (a call refused with
+// ResourceInUseException counts as well). A call over a limit fails
 // with ProvisionedThroughputExceededException (LimitExceededException for SubscribeToShard) as
 // the service's does; PutRecords fails only the records over the limit. The limits count on
 // the server's clock (WithClock). Size limits (1 MiB record, 500 entries and 5 MiB per

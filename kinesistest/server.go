@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -38,6 +39,8 @@ type Server struct {
 	roots   *x509.CertPool
 	served  chan struct{} // closed when the serving goroutines have returned
 	done    chan struct{} // closed by Close: ends every subscription
+
+	subscriptions atomic.Int64 // SubscribeToShard streams being served
 
 	mu      sync.Mutex
 	streams map[string]*stream
@@ -159,6 +162,12 @@ func (s *Server) Config() aws.Config {
 // each concurrent subscription a client of its own.
 func (s *Server) Client() *kinesis.Client { return kinesis.NewFromConfig(s.Config()) }
 
+// Subscriptions returns the number of SubscribeToShard subscriptions the server is serving:
+// those it accepted (a call that returned without error is counted) and that have not ended,
+// by their lifetime, their shard's end, a takeover, a fault, or the client closing the stream. A test checks with it that a
+// consumer released the HTTP/2 streams of the subscriptions it ended.
+func (s *Server) Subscriptions() int { return int(s.subscriptions.Load()) }
+
 func (s *Server) now() time.Time { return s.cfg.now() }
 
 // quiet drops the http.Server's log of clients that hang up mid-handshake or mid-request,
@@ -201,8 +210,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		panic(http.ErrAbortHandler)
 	}
+	var broken *Fault // a fault of the subscription, once it started
 	if f, ok := s.cfg.faults.draw(op); ok {
 		switch f.Kind {
+		case ResetStream, StreamError:
+			broken = &f
 		case Throttle:
 			writeError(w, throttleError(op))
 			return
@@ -222,7 +234,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if op == "SubscribeToShard" {
-		s.subscribeToShard(w, r, body)
+		s.subscribeToShard(w, r, body, broken)
 		return
 	}
 	h, ok := handlers[op]

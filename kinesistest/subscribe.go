@@ -18,8 +18,9 @@ const (
 
 // subscribeToShard serves SubscribeToShard: an initial-response message, then
 // SubscribeToShardEvents, each with the records that arrived since the last one, until the
-// subscription's lifetime is over or the shard is closed and read to its end.
-func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body []byte) {
+// subscription's lifetime is over or the shard is closed and read to its end. broken, when not
+// nil, is a ResetStream or StreamError fault that ends it after broken.AfterEvents events.
+func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body []byte, broken *Fault) {
 	var in struct {
 		ConsumerARN      string
 		ShardId          string
@@ -35,6 +36,8 @@ func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body [
 		return
 	}
 	defer sub.end()
+	s.subscriptions.Add(1)
+	defer s.subscriptions.Add(-1)
 	w.Header().Set("Content-Type", "application/vnd.amazon.eventstream")
 	w.WriteHeader(http.StatusOK)
 	enc := eventstream.NewEncoder()
@@ -51,6 +54,25 @@ func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body [
 	}
 	if !send("initial-response", []byte("{}")) {
 		return
+	}
+	sent := 0 // SubscribeToShardEvents
+	breakNow := func() bool {
+		if broken == nil || sent < broken.AfterEvents {
+			return false
+		}
+		if broken.Kind == ResetStream {
+			// The http.Server resets the stream (RST_STREAM) of a handler that aborts.
+			panic(http.ErrAbortHandler)
+		}
+		var msg eventstream.Message
+		msg.Headers.Set(":message-type", eventstream.StringValue("exception"))
+		msg.Headers.Set(":exception-type", eventstream.StringValue("InternalFailureException"))
+		msg.Headers.Set(":content-type", eventstream.StringValue("application/json"))
+		msg.Payload = []byte(`{"message":"Internal service failure (injected fault)."}`)
+		if enc.Encode(w, msg) == nil {
+			_ = http.NewResponseController(w).Flush()
+		}
+		return true
 	}
 	idle := time.NewTimer(s.cfg.idleEventInterval)
 	defer idle.Stop()
@@ -77,6 +99,9 @@ func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body [
 			return
 		}
 		if end > pos || atEnd || due {
+			if breakNow() {
+				return
+			}
 			cont := seqString(sh.startSeq, sh)
 			if end > 0 {
 				cont = seqString(records[end-1].counter, sh)
@@ -84,7 +109,7 @@ func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body [
 			if !send("SubscribeToShardEvent", appendEvent(records[pos:end], cont, atEnd, children, millisBehind(records, end, now))) {
 				return
 			}
-			pos = end
+			pos, sent = end, sent+1
 			if atEnd {
 				return
 			}
@@ -134,6 +159,8 @@ func (s *Server) subscribe(consumerARN, shardID string, start startingPosition) 
 	if last, ok := c.lastCall[sh.index]; ok && s.cfg.limits && now.Sub(last) < time.Second {
 		return nil, nil, nil, 0, errLimit("Rate exceeded for consumer %s and shard %s.", c.arn, sh.id)
 	}
+	// A call refused for another live subscription counts toward the rate as well.
+	c.lastCall[sh.index] = now
 	if old, ok := c.subs[sh.index]; ok {
 		select {
 		case <-old.ended:
@@ -146,7 +173,6 @@ func (s *Server) subscribe(consumerARN, shardID string, start startingPosition) 
 	}
 	sub := &subscription{started: now, ended: make(chan struct{})}
 	c.subs[sh.index] = sub
-	c.lastCall[sh.index] = now
 	return sub, st, sh, pos, nil
 }
 

@@ -79,6 +79,7 @@ func Run(t *testing.T, b Backend) {
 		{"SubscribeRate", testSubscribeRate},           // kinesalite has no enhanced fan-out
 		{"SubscribeShardEnd", testSubscribeShardEnd},   // kinesalite has no enhanced fan-out
 		{"SubscribeLifetime", testSubscribeLifetime},   // kinesalite has no enhanced fan-out
+		{"SubscribeFaults", testSubscribeFaults},       // kinesalite has no enhanced fan-out; the faults are kinesistest's own
 		{"StreamARNRequests", testStreamARNRequests},   // kinesalite needs a StreamName
 	}
 	for _, tc := range only {

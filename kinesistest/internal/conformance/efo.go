@@ -273,6 +273,18 @@ func testSubscribeRate(t *testing.T, b Backend) {
 	clk.Advance(5 * time.Second)
 	second := subscribe(t, srv, consumer, "shardId-000000000000", pos)
 	next(t, second)
+	// A call refused because the subscription is live counts toward the rate too.
+	clk.Advance(time.Second)
+	_, err = srv.Client().SubscribeToShard(ctx(t), &kinesis.SubscribeToShardInput{ConsumerARN: aws.String(consumer), ShardId: aws.String("shardId-000000000000"), StartingPosition: &pos}, noRetry)
+	var inUse *types.ResourceInUseException
+	if !errors.As(err, &inUse) {
+		t.Fatalf("a call 1 s into a live subscription: %v, want ResourceInUseException", err)
+	}
+	clk.Advance(500 * time.Millisecond)
+	_, err = srv.Client().SubscribeToShard(ctx(t), &kinesis.SubscribeToShardInput{ConsumerARN: aws.String(consumer), ShardId: aws.String("shardId-000000000000"), StartingPosition: &pos}, noRetry)
+	if !errors.As(err, &le) {
+		t.Fatalf("a call 500 ms after a refused one: %v, want LimitExceededException", err)
+	}
 }
 
 func testSubscribeShardEnd(t *testing.T, b Backend) {
@@ -312,4 +324,98 @@ func testSubscribeLifetime(t *testing.T, b Backend) {
 	clk.Advance(time.Minute)
 	for ev := next(t, es); ev != nil; ev = next(t, es) {
 	}
+}
+
+// nextErr reads events until the stream ends and returns its error, failing if it has none.
+func nextErr(t *testing.T, es *kinesis.SubscribeToShardEventStream) error {
+	t.Helper()
+	for {
+		select {
+		case _, ok := <-es.Events():
+			if ok {
+				t.Fatal("an event after the fault")
+			}
+			if err := es.Err(); err != nil {
+				return err
+			}
+			t.Fatal("the stream ended without an error")
+		case <-ctx(t).Done():
+			t.Fatal("the stream did not end within a minute")
+		}
+	}
+}
+
+// waitSubscriptions waits until srv serves n subscriptions.
+func waitSubscriptions(t *testing.T, srv *kinesistest.Server, n int) {
+	t.Helper()
+	for srv.Subscriptions() != n {
+		select {
+		case <-ctx(t).Done():
+			t.Fatalf("the server serves %d subscriptions, want %d", srv.Subscriptions(), n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// testSubscribeFaults: ResetStream and StreamError faults let a subscription send its events,
+// then break it, and Subscriptions counts the subscriptions being served. The faults are
+// kinesistest's own: the service's failures mid-stream cannot be provoked.
+func testSubscribeFaults(t *testing.T, b Backend) {
+	shard := "shardId-000000000000"
+	t.Run("StreamError", func(t *testing.T) {
+		srv := b.Server(t, kinesistest.WithFaults(&kinesistest.FaultPlan{Faults: []kinesistest.Fault{
+			{Op: "SubscribeToShard", Kind: kinesistest.StreamError, Probability: 1, AfterEvents: 2},
+		}}))
+		c := srv.Client()
+		name := newStream(t, c, 1)
+		_, consumer := register(t, c, name, "app")
+		putRecords(t, c, name, "a")
+		es := subscribe(t, srv, consumer, shard, types.StartingPosition{Type: types.ShardIteratorTypeTrimHorizon})
+		if got, _ := collect(t, es, 1); !slices.Equal(got, []string{"data-a"}) {
+			t.Fatalf("first event %v, want [data-a]", got)
+		}
+		if n := srv.Subscriptions(); n != 1 {
+			t.Fatalf("Subscriptions() = %d with one live, want 1", n)
+		}
+		putRecords(t, c, name, "b")
+		if got, _ := collect(t, es, 1); !slices.Equal(got, []string{"data-b"}) {
+			t.Fatalf("second event %v, want [data-b]", got)
+		}
+		putRecords(t, c, name, "c")
+		var failure *types.InternalFailureException
+		if err := nextErr(t, es); !errors.As(err, &failure) {
+			t.Fatalf("after 2 events: %v, want InternalFailureException", err)
+		}
+		waitSubscriptions(t, srv, 0)
+	})
+	t.Run("ResetStream", func(t *testing.T) {
+		srv := b.Server(t, kinesistest.WithFaults(&kinesistest.FaultPlan{Faults: []kinesistest.Fault{
+			{Op: "SubscribeToShard", Kind: kinesistest.ResetStream, Probability: 1, AfterEvents: 1},
+		}}))
+		c := srv.Client()
+		name := newStream(t, c, 1)
+		_, consumer := register(t, c, name, "app")
+		putRecords(t, c, name, "a")
+		es := subscribe(t, srv, consumer, shard, types.StartingPosition{Type: types.ShardIteratorTypeTrimHorizon})
+		if got, _ := collect(t, es, 1); !slices.Equal(got, []string{"data-a"}) {
+			t.Fatalf("first event %v, want [data-a]", got)
+		}
+		putRecords(t, c, name, "b")
+		var failure *types.InternalFailureException
+		if err := nextErr(t, es); errors.As(err, &failure) {
+			t.Fatalf("a reset stream: %v, want a stream error", err)
+		}
+		waitSubscriptions(t, srv, 0)
+	})
+	t.Run("Invalid", func(t *testing.T) {
+		for _, f := range []kinesistest.Fault{
+			{Op: "GetRecords", Kind: kinesistest.ResetStream, Probability: 1},
+			{Kind: kinesistest.StreamError, Probability: 1},
+			{Op: "SubscribeToShard", Kind: kinesistest.StreamError, Probability: 1, AfterEvents: -1},
+		} {
+			if _, err := kinesistest.Start(kinesistest.WithFaults(&kinesistest.FaultPlan{Faults: []kinesistest.Fault{f}})); err == nil {
+				t.Fatalf("Start accepted %+v", f)
+			}
+		}
+	})
 }
