@@ -92,7 +92,7 @@ type DynamoDB struct {
 // lease_key). An empty table name is reported, wrapping ErrInvalidArgument, by EnsureTable
 // and by every Store method.
 func NewDynamoDB(client *dynamodb.Client, table string) *DynamoDB {
-	d := &DynamoDB{table: table, now: time.Now, list: listing{migrated: map[string]bool{}}}
+	d := &DynamoDB{table: table, now: time.Now, list: listing{migrated: map[string]bool{}, rows: map[string]int{}}}
 	if client != nil { // a nil *dynamodb.Client inside the interface would not compare nil
 		d.api = client
 	}

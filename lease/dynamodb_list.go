@@ -40,10 +40,10 @@ import (
 // What it costs: BatchGetItem bills each item as a read of its own, rounded up to 4 KB (one
 // read unit for a lease row), whereas a Scan bills the bytes it reads, about 4 KB per unit. So
 // the index pays off only when the table holds many more bytes than the stream's rows in units:
-// ListPrefix compares the index's count of keys with what a Scan of the table last cost (or
-// DescribeTable's size of the table) and scans when that is cheaper. Either way a listing
-// costs at most about one read unit per row of the stream, whatever other streams share the
-// table.
+// ListPrefix compares the number of rows the prefix's last listing found with what a Scan of
+// the table last cost (or DescribeTable's size of the table, which DynamoDB refreshes every few
+// hours) and scans when that is cheaper. Either way a listing costs at most about one read unit
+// per row of the stream, whatever other streams share the table.
 //
 // Tables without the index (created by an earlier version, or elsewhere) keep working: the
 // store looks once for the index (DescribeTable, again each minute while it is missing or
@@ -84,11 +84,18 @@ type listing struct {
 	indexed   bool            // it did
 	migrated  map[string]bool // prefixes whose items lacking lease_stream this store tagged
 	scanUnits float64         // what a strongly consistent Scan of the table costs, 0 if unknown
+	rows      map[string]int  // how many rows the last listing of each prefix found
 }
 
 func (l *listing) setScanUnits(u float64) {
 	l.mu.Lock()
 	l.scanUnits = u
+	l.mu.Unlock()
+}
+
+func (l *listing) saw(prefix string, rows int) {
+	l.mu.Lock()
+	l.rows[prefix] = rows
 	l.mu.Unlock()
 }
 
@@ -214,14 +221,24 @@ func (d *DynamoDB) ListPrefix(ctx context.Context, prefix string) ([]Lease, erro
 		}
 		return ls, err
 	}
+	// Reading the rows one by one costs about one unit each: scan when the table costs less,
+	// judged by the rows the last listing of the prefix found, so that a store that scans does
+	// not also query.
+	d.list.mu.Lock()
+	cheaper := d.list.scanUnits > 0 && d.list.scanUnits <= float64(d.list.rows[prefix])
+	d.list.mu.Unlock()
+	if cheaper {
+		return d.scanPrefix(ctx, prefix, false)
+	}
 	keys, err := d.queryKeys(ctx, stream, prefix)
 	if err != nil {
 		return nil, err
 	}
 	d.list.mu.Lock()
-	scanUnits := d.list.scanUnits
+	d.list.rows[prefix] = len(keys)
+	cheaper = d.list.scanUnits > 0 && d.list.scanUnits <= float64(len(keys))
 	d.list.mu.Unlock()
-	if scanUnits > 0 && scanUnits <= float64(len(keys)) {
+	if cheaper {
 		return d.scanPrefix(ctx, prefix, false)
 	}
 	return d.batchGet(ctx, keys)
@@ -230,13 +247,17 @@ func (d *DynamoDB) ListPrefix(ctx context.Context, prefix string) ([]Lease, erro
 // scanPrefix scans the table for the prefix's items; with tag, it sets lease_stream on those
 // that lack it.
 func (d *DynamoDB) scanPrefix(ctx context.Context, prefix string, tag bool) ([]Lease, error) {
-	return d.scan(ctx, &dynamodb.ScanInput{
+	ls, err := d.scan(ctx, &dynamodb.ScanInput{
 		TableName:                 aws.String(d.table),
 		ConsistentRead:            aws.Bool(true),
 		FilterExpression:          aws.String("begins_with(#key, :prefix)"),
 		ExpressionAttributeNames:  map[string]string{"#key": attrKey},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":prefix": str(prefix)},
 	}, tag)
+	if err == nil {
+		d.list.saw(prefix, len(ls))
+	}
+	return ls, err
 }
 
 // scan reads every page of in and decodes the items, sorted by key. It records what the scan
