@@ -20,6 +20,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/gostream/kinesub"
+	"github.com/gostream/kinesub/internal/faultproxy"
 	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/lease"
 )
@@ -222,6 +223,13 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 	if err := fillOthers(ctx, admin, *leaseOthers); err != nil {
 		return nil, err
 	}
+	// The subscribers reach DynamoDB through the fault proxy, faulting nothing: it counts the
+	// requests that reach the server, a check on the client-side counts.
+	proxy, err := faultproxy.New(os.Getenv(testenv.DynamoDBEndpointVar), faultproxy.Plan{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = proxy.Close() }()
 	counts := make([]*ddbCount, *leaseInstances)
 	var subs []*kinesub.Subscriber
 	defer func() {
@@ -236,7 +244,9 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 	for i := range counts {
 		counts[i] = &ddbCount{}
 		counts[i].reset()
-		ds := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg, counts[i].option), table)
+		ds := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg, counts[i].option, func(o *dynamodb.Options) {
+			o.BaseEndpoint = aws.String(proxy.URL())
+		}), table)
 		var store lease.Store = ds
 		switch design {
 		case everyTick:
@@ -291,10 +301,12 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 	for _, c := range counts {
 		c.reset()
 	}
+	forwarded := proxy.Stats()[faultproxy.StatForwarded]
 	start := time.Now()
 	time.Sleep(*leaseWindow)
 	perMin := time.Minute.Seconds() / time.Since(start).Seconds() / float64(len(counts))
-	out := map[string]float64{"seconds to all held (once)": allHeld.Seconds()}
+	out := map[string]float64{"seconds to all held (once)": allHeld.Seconds(),
+		"requests at the proxy": float64(proxy.Stats()[faultproxy.StatForwarded]-forwarded) * perMin}
 	for _, c := range counts {
 		c.mu.Lock()
 		for op, n := range c.calls {
