@@ -161,11 +161,11 @@ func (d *DynamoDB) indexed(ctx context.Context) bool {
 	if l.indexed {
 		every = indexRefresh
 	}
-	if !l.checked.IsZero() && time.Since(l.checked) < every {
+	if !l.checked.IsZero() && d.now().Sub(l.checked) < every {
 		defer l.mu.Unlock()
 		return l.indexed
 	}
-	l.checked = time.Now() // concurrent listings keep the last answer meanwhile
+	l.checked = d.now() // concurrent listings keep the last answer meanwhile
 	was := l.indexed
 	l.mu.Unlock()
 	out, err := d.api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(d.table)})
