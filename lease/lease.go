@@ -97,9 +97,10 @@ type Store interface {
 }
 
 // PrefixLister is implemented by stores that can list the leases whose keys start with a
-// prefix without reading the others: kinesub lists "<stream name>/" to read one stream's rows
-// of a table that several streams share. Both stores here implement it. A subscriber whose
-// store does not lists the whole store every second instead (see kinesub's README).
+// prefix: kinesub lists "<stream name>/" to read one stream's rows of a table that several
+// streams share (DynamoDB reads only those rows through its index when that is cheaper than a
+// Scan of the table). Both stores here implement it. A subscriber whose store does not lists
+// the whole store every second instead (see kinesub's README).
 type PrefixLister interface {
 	// ListPrefix returns the leases whose keys start with prefix, sorted by key. An empty
 	// prefix is an error wrapping ErrInvalidArgument.
