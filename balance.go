@@ -12,11 +12,12 @@ import (
 // randomness comes from the caller. claim carries them out.
 //
 // The fair share is counted over the n readable shards (not finished, parents done) and the k
-// live owners: those whose heartbeat row is unexpired, those without a heartbeat row (an
-// earlier version's) holding an unexpired lease of a readable shard, and this subscriber. An
-// owner whose heartbeat row lapsed or was released does not count toward k though its leases
-// are still renewed: its coordinator no longer claims, so a share kept for it would leave free
-// shards unread. It can still be stolen from. Every owner should hold floor(n/k) or ceil(n/k).
+// live owners: those whose heartbeat row is unexpired, those holding an unexpired lease of a
+// readable shard, and this subscriber; but not an owner whose heartbeat row lapsed (expired,
+// not released) though its leases are still renewed: its coordinator no longer claims, so a
+// share kept for it would leave free shards unread. All it holds can be stolen. (An owner
+// that released its row is closing and releases its leases next: it counts until then.)
+// Every owner should hold floor(n/k) or ceil(n/k).
 //   - Take: free and expired leases, up to ceil(n/k).
 //   - Hand back: above ceil(n/k), the excess, cleanly (checkpoint, release), when an owner
 //     joined since the last round and every balance round.
@@ -81,15 +82,23 @@ func (in *balanceIn) counts() (owners map[string]int, mine int) {
 }
 
 // sharers returns k, the number of owners the fair share divides the shards between: the
-// owners of counts but those whose heartbeat row lapsed or was released.
+// owners of counts but those whose heartbeat row lapsed.
 func (in *balanceIn) sharers(owners map[string]int) int {
 	k := 0
 	for o := range owners {
-		if b, ok := in.beats[o]; o == in.owner || !ok || b.Held(in.now) {
+		if o == in.owner || !in.lapsed(o) {
 			k++
 		}
 	}
 	return k
+}
+
+// lapsed reports whether owner's heartbeat row expired while still its: its coordinator
+// stopped renewing it. A released row is not lapsed: its owner is closing, and releases its
+// leases next.
+func (in *balanceIn) lapsed(owner string) bool {
+	b, ok := in.beats[owner]
+	return ok && b.Owner == owner && !b.Held(in.now)
 }
 
 // counted reports whether this subscriber's worker for shard id counts toward its share.
@@ -160,8 +169,7 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 		if o == in.owner || c == 0 {
 			continue
 		}
-		b, ok := in.beats[o]
-		l := ok && !b.Held(in.now)
+		l := in.lapsed(o)
 		if victim == "" || l && !lapsed || l == lapsed && (c > most || c == most && o < victim) {
 			victim, most, lapsed = o, c, l
 		}
