@@ -18,8 +18,8 @@ import (
 // stream's rows (a claim round) only when the counter moved, when the listing of shards
 // changed, when its own worker stopped, at every balance round, while it holds fewer than its
 // share or free leases it wants are left untaken, and when leases of departed owners come to
-// lapse. So a released lease is still taken within about a second, and
-// a steady table costs one small read a second instead of one read of every row.
+// lapse. So a released lease is still taken within about a second, and a steady table costs
+// one small read a second instead of one read of every row.
 //
 // Crashes bump nothing, so each subscriber watches one peer's heartbeat row (the next live
 // owner by name, so that every live owner is watched by one other): it reads that row once the
