@@ -89,7 +89,9 @@ type DynamoDB struct {
 
 // NewDynamoDB returns a store on the named table, reached through client. It does no I/O:
 // call EnsureTable to create the table, or create it beforehand (string partition key
-// lease_key). An empty table name is reported, wrapping ErrInvalidArgument, by EnsureTable
+// lease_key, and the index that ListPrefix describes: global secondary index
+// lease_stream-index, string partition key lease_stream, string sort key lease_key, keys
+// only). An empty table name is reported, wrapping ErrInvalidArgument, by EnsureTable
 // and by every Store method.
 func NewDynamoDB(client *dynamodb.Client, table string) *DynamoDB {
 	d := &DynamoDB{table: table, now: time.Now, list: listing{migrated: map[string]bool{}, rows: map[string]int{}}}

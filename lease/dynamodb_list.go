@@ -39,8 +39,8 @@ import (
 //
 // What it costs: BatchGetItem bills each item as a read of its own, rounded up to 4 KB (one
 // read unit for a lease row), whereas a Scan bills the bytes it reads, about 4 KB per unit. So
-// the index pays off only when the table holds many more bytes than the stream's rows in units:
-// ListPrefix compares the number of rows the prefix's last listing found with what a Scan of
+// the index pays off only when a Scan of the table costs more read units than the prefix has
+// rows: ListPrefix compares the number of rows the prefix's last listing found with what a Scan of
 // the table last cost (or DescribeTable's size of the table, which DynamoDB refreshes every few
 // hours) and scans when that is cheaper. Either way a listing costs at most about one read unit
 // per row of the stream, whatever other streams share the table.
