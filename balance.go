@@ -13,7 +13,11 @@ import (
 //
 // The fair share is counted over the n readable shards (not finished, parents done) and the k
 // live owners: those whose heartbeat row is unexpired, those holding an unexpired lease of a
-// readable shard, and this subscriber. Every owner should hold floor(n/k) or ceil(n/k).
+// readable shard, and this subscriber; but not an owner whose heartbeat row lapsed (expired,
+// not released) though its leases are still renewed: its coordinator no longer claims, so a
+// share kept for it would leave free shards unread. All it holds can be stolen. (An owner
+// that released its row is closing and releases its leases next: it counts until then.)
+// Every owner should hold floor(n/k) or ceil(n/k).
 //   - Take: free and expired leases, up to ceil(n/k).
 //   - Hand back: above ceil(n/k), the excess, cleanly (checkpoint, release), when an owner
 //     joined since the last round and every balance round.
@@ -77,6 +81,26 @@ func (in *balanceIn) counts() (owners map[string]int, mine int) {
 	return owners, mine
 }
 
+// sharers returns k, the number of owners the fair share divides the shards between: the
+// owners of counts but those whose heartbeat row lapsed.
+func (in *balanceIn) sharers(owners map[string]int) int {
+	k := 0
+	for o := range owners {
+		if o == in.owner || !in.lapsed(o) {
+			k++
+		}
+	}
+	return k
+}
+
+// lapsed reports whether owner's heartbeat row expired while still its: its coordinator
+// stopped renewing it. A released row is not lapsed: its owner is closing, and releases its
+// leases next.
+func (in *balanceIn) lapsed(owner string) bool {
+	b, ok := in.beats[owner]
+	return ok && b.Owner == owner && !b.Held(in.now)
+}
+
 // counted reports whether this subscriber's worker for shard id counts toward its share.
 func (in *balanceIn) counted(id string) bool {
 	st, ok := in.local[id]
@@ -91,7 +115,7 @@ func (in *balanceIn) counted(id string) bool {
 // subscriber's fair share, in a random order so that instances starting together spread out.
 func planTake(in *balanceIn, r chooser) []string {
 	owners, mine := in.counts()
-	n, k := len(in.readable), len(owners)
+	n, k := len(in.readable), in.sharers(owners)
 	fair := (n + k - 1) / k
 	order := append([]string(nil), in.readable...)
 	shuffle(r, order)
@@ -130,7 +154,7 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 		joined = joined || !wasLive[o]
 		p.live[o] = true
 	}
-	n, k := len(in.readable), len(owners)
+	n, k := len(in.readable), in.sharers(owners)
 	floor, ceil := n/k, (n+k-1)/k
 	if (balance || joined) && k > 1 && mine > ceil {
 		p.handBack = in.excess(mine-ceil, r)
@@ -138,17 +162,23 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 	if !balance {
 		return p
 	}
-	victim, most := "", 0
+	// The victim: the most loaded owner whose heartbeat lapsed, else the most loaded other
+	// owner. One whose heartbeat lapsed has no share: everything it holds is above it.
+	victim, most, lapsed := "", 0, false
 	for o, c := range owners {
-		if o != in.owner && (c > most || c == most && o < victim) {
-			victim, most = o, c
+		if o == in.owner || c == 0 {
+			continue
+		}
+		l := in.lapsed(o)
+		if victim == "" || l && !lapsed || l == lapsed && (c > most || c == most && o < victim) {
+			victim, most, lapsed = o, c, l
 		}
 	}
 	switch {
 	case victim == "":
 		return p
-	case mine < floor && most > floor:
-	case mine == floor && floor < ceil && most >= floor+2:
+	case mine < floor && (lapsed || most > floor):
+	case mine == floor && floor < ceil && (lapsed || most >= floor+2):
 	default:
 		return p
 	}

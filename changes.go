@@ -14,11 +14,12 @@ import (
 // Every stream keeps a change row in the lease table, "<stream>/~table/changes", whose counter
 // every subscriber bumps after it releases a lease (Close, a hand-back, a finished shard),
 // steals one, or joins (its heartbeat row taken anew). Each claim tick a subscriber reads that
-// one row; it reads all of the stream's rows (a claim round) only when the counter moved, when
-// the listing of shards changed, when its own worker stopped, at every balance round, while it
-// holds fewer than its share or free leases it wants are left untaken, and when leases of
-// departed owners come to lapse. So a released lease is still taken within about a second, and
-// a steady table costs one small read a second instead of one read of every row.
+// one row (eventually consistent where the store can: lease.WeakReader); it reads all of the
+// stream's rows (a claim round) only when the counter moved, when the listing of shards
+// changed, when its own worker stopped, at every balance round, while it holds fewer than its
+// share or free leases it wants are left untaken, and when leases of departed owners come to
+// lapse. So a released lease is still taken within about a second, and a steady table costs
+// one small read a second instead of one read of every row.
 //
 // Crashes bump nothing, so each subscriber watches one peer's heartbeat row (the next live
 // owner by name, so that every live owner is watched by one other): it reads that row once the
@@ -42,6 +43,7 @@ const changeHold = time.Second
 type changeRow struct {
 	key    string // "<stream>/~table/changes"
 	lister lease.PrefixLister
+	weak   bool // the store reads weakly (lease.WeakReader)
 
 	mu      sync.Mutex
 	running bool // a bump is being written
@@ -55,7 +57,8 @@ func newChangeRow(store lease.Store, stream string) *changeRow {
 	if !ok {
 		return nil
 	}
-	return &changeRow{key: stream + "/" + changesRow, lister: pl}
+	_, weak := store.(lease.WeakReader)
+	return &changeRow{key: stream + "/" + changesRow, lister: pl, weak: weak}
 }
 
 // changed bumps the change row, so that the stream's other subscribers read the lease table
@@ -175,8 +178,14 @@ func (w *watch) stale(ctx context.Context, s *Subscriber) bool {
 		w.peerExp = l.Expiry
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-	l, err := s.cfg.store.Read(cctx, c.key)
-	cancel()
+	defer cancel()
+	read := s.cfg.store.Read
+	if wr, ok := s.cfg.store.(lease.WeakReader); ok && c.weak {
+		// A stale answer only delays a bump to the next tick: what it triggers is decided by
+		// conditional writes. On DynamoDB it costs half the read units.
+		read = wr.ReadWeak
+	}
+	l, err := read(cctx, c.key)
 	return err != nil || l.Counter != w.change
 }
 

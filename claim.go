@@ -57,7 +57,7 @@ func (s *Subscriber) claim(ctx context.Context, balance bool) *view {
 	// Below its share, it reads every tick: leases to take may free up without a change-row
 	// bump (a peer that does not bump, or a lease that lapsed).
 	owners, mine := in.counts()
-	v.hungry = len(taken) < len(want) || mine < len(in.readable)/len(owners)
+	v.hungry = len(taken) < len(want) || mine < len(in.readable)/in.sharers(owners)
 	s.live = p.live
 	s.handBack(p.handBack)
 	if p.steal != "" && s.take(ctx, p.steal, true, func(cctx context.Context) (bool, error) {

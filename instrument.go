@@ -124,6 +124,16 @@ func (c meteredStore) Read(ctx context.Context, key string) (lease.Lease, error)
 	return l, err
 }
 
+// ReadWeak implements lease.WeakReader when the store it meters does (the caller checks),
+// counted as lease.Read.
+func (c meteredStore) ReadWeak(ctx context.Context, key string) (lease.Lease, error) {
+	ctx = c.m.leaseCapacity(ctx, "lease.Read")
+	start := time.Now()
+	l, err := c.s.(lease.WeakReader).ReadWeak(ctx, key)
+	c.m.req.record(ctx, "lease.Read", start, err)
+	return l, err
+}
+
 func (c meteredStore) Release(ctx context.Context, key, owner string) error {
 	ctx = c.m.leaseCapacity(ctx, "lease.Release")
 	start := time.Now()

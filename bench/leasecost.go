@@ -20,6 +20,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/gostream/kinesub"
+	"github.com/gostream/kinesub/internal/faultproxy"
 	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/lease"
 )
@@ -36,23 +37,26 @@ var (
 	leasePoll      = flag.Duration("lease-poll", time.Second, "poll interval of the lease-cost readers (longer spares the emulator with many shards)")
 )
 
-// ddbCount counts one client's DynamoDB calls, the items they read (a Scan reads every item it
-// scans, also those its filter drops) and the read capacity they consumed (as the server
-// reports it: the counter asks every read for it).
+// ddbCount counts one client's DynamoDB calls, the items they read and the read capacity they
+// consumed, as the server reports it (the counter asks every read for it). Items read are what
+// DynamoDB reads, and bills: every item a Scan scans, also those its filter drops
+// (ScannedCount), every item a BatchGetItem or GetItem returns; the index entries a Query reads
+// are counted apart.
 type ddbCount struct {
-	mu    sync.Mutex
-	calls map[string]int
-	items int
-	rcu   float64
+	mu        sync.Mutex
+	calls     map[string]int
+	items     int
+	indexKeys int
+	rcu       float64
 }
 
 func (c *ddbCount) reset() {
 	c.mu.Lock()
-	c.calls, c.items, c.rcu = map[string]int{}, 0, 0
+	c.calls, c.items, c.indexKeys, c.rcu = map[string]int{}, 0, 0, 0
 	c.mu.Unlock()
 }
 
-// middleware returns the client option that counts this client's calls.
+// option is the client option that counts this client's calls.
 func (c *ddbCount) option(o *dynamodb.Options) {
 	o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
 		return st.Initialize.Add(middleware.InitializeMiddlewareFunc("leasecost", func(ctx context.Context,
@@ -62,24 +66,42 @@ func (c *ddbCount) option(o *dynamodb.Options) {
 				p.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
 			case *dynamodb.GetItemInput:
 				p.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+			case *dynamodb.QueryInput:
+				p.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+			case *dynamodb.BatchGetItemInput:
+				p.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
 			}
 			out, md, err := next.HandleInitialize(ctx, in)
 			op := strings.TrimSuffix(strings.TrimPrefix(fmt.Sprintf("%T", in.Parameters), "*dynamodb."), "Input")
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			c.calls[op]++
-			var cc *ddbtypes.ConsumedCapacity
+			var ccs []ddbtypes.ConsumedCapacity
 			switch r := out.Result.(type) {
 			case *dynamodb.ScanOutput:
 				c.items += int(r.ScannedCount)
-				cc = r.ConsumedCapacity
+				if r.ConsumedCapacity != nil {
+					ccs = append(ccs, *r.ConsumedCapacity)
+				}
+			case *dynamodb.QueryOutput:
+				c.indexKeys += int(r.ScannedCount)
+				if r.ConsumedCapacity != nil {
+					ccs = append(ccs, *r.ConsumedCapacity)
+				}
+			case *dynamodb.BatchGetItemOutput:
+				for _, items := range r.Responses {
+					c.items += len(items)
+				}
+				ccs = r.ConsumedCapacity
 			case *dynamodb.GetItemOutput:
 				if r.Item != nil {
 					c.items++
 				}
-				cc = r.ConsumedCapacity
+				if r.ConsumedCapacity != nil {
+					ccs = append(ccs, *r.ConsumedCapacity)
+				}
 			}
-			if cc != nil {
+			for _, cc := range ccs {
 				c.rcu += aws.ToFloat64(cc.CapacityUnits)
 			}
 			return out, md, err
@@ -87,13 +109,33 @@ func (c *ddbCount) option(o *dynamodb.Options) {
 	})
 }
 
-// hidePrefix hides the store's ListPrefix: a subscriber then lists the whole table every claim
-// tick, as every subscriber did before the change row.
+// hidePrefix hides the store's ListPrefix (and ReadWeak): a subscriber then lists the whole
+// table every claim tick, as every subscriber did before the change row.
 type hidePrefix struct{ lease.Store }
 
+// hideWeak hides the store's ReadWeak: the change row is read strongly consistent, as it was
+// before lease.WeakReader.
+type hideWeak struct {
+	lease.Store
+	lease.PrefixLister
+}
+
+// Designs the lease-cost passes compare, in the order they are printed.
+const (
+	everyTick = iota // the whole table listed every claim tick
+	scanned          // the change row read strongly each second; the stream listed by a filtered Scan
+	indexed          // the change row read weakly; the stream listed through the index when cheaper
+	designs
+)
+
+var designNames = [designs]string{"every tick", "change row+scan", "change row+index"}
+
 // leaseCostFigures runs instances subscribers on one stream of shards, with other streams' rows
-// in the same table, and counts each one's DynamoDB calls at steady state: once reading the
-// whole table every claim tick (a store without ListPrefix), once reading the change row.
+// in the same table, and counts each one's DynamoDB calls at steady state, for each design:
+// reading the whole table every claim tick (a store without ListPrefix); the change row read
+// strongly each second and the stream listed by a filtered Scan (a table without the index,
+// as before it); the change row read weakly and the stream listed through the index when that
+// costs fewer read units than a Scan.
 func leaseCostFigures() error {
 	fmt.Println("== Lease table: DynamoDB reads per instance per minute at steady state (dynalite) ==")
 	if err := testenv.CheckLoopback(os.Getenv(testenv.DynamoDBEndpointVar)); err != nil {
@@ -121,9 +163,9 @@ func leaseCostFigures() error {
 	}()
 	fmt.Printf("%d instances × %d shards, %d rows of other streams in the table, lease TTL %v (balance %v), %v measured\n",
 		*leaseInstances, *leaseShards, *leaseOthers, *leaseTTL, 2**leaseTTL, *leaseWindow)
-	var res [2]map[string]float64
-	for i, legacy := range []bool{true, false} {
-		if res[i], err = leaseCostPass(ctx, cfg, kc, stream, legacy); err != nil {
+	var res [designs]map[string]float64
+	for d := range designs {
+		if res[d], err = leaseCostPass(ctx, cfg, kc, stream, d); err != nil {
 			return err
 		}
 	}
@@ -138,40 +180,56 @@ func leaseCostFigures() error {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	fmt.Printf("  %-28s %14s %14s\n", "per instance per minute", "every tick", "change row")
+	fmt.Printf("  %-28s", "per instance per minute")
+	for _, n := range designNames {
+		fmt.Printf(" %17s", n)
+	}
+	fmt.Println()
 	for _, k := range names {
-		fmt.Printf("  %-28s %14.1f %14.1f\n", k, res[0][k], res[1][k])
+		fmt.Printf("  %-28s", k)
+		for d := range designs {
+			fmt.Printf(" %17.1f", res[d][k])
+		}
+		fmt.Println()
 	}
-	if a := res[1]["items read"]; a > 0 {
-		fmt.Printf("  items read: %.1f× fewer\n\n", res[0]["items read"]/a)
+	for _, k := range []string{"items read", "read units"} {
+		if a := res[indexed][k]; a > 0 {
+			fmt.Printf("  %s: %.1f× fewer than every tick, %.1f× fewer than change row+scan\n", k,
+				res[everyTick][k]/a, res[scanned][k]/a)
+		}
 	}
+	fmt.Println()
 	return nil
 }
 
 // leaseCostPass runs one pass on a new table and returns the mean per-instance figures per
 // minute.
-func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stream string, legacy bool) (map[string]float64, error) {
+func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stream string, design int) (map[string]float64, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	table := "kinesub-leasecost-" + hex.EncodeToString(b[:])
 	plain := dynamodb.NewFromConfig(cfg)
 	admin := lease.NewDynamoDB(plain, table)
-	if err := admin.EnsureTable(ctx); err != nil {
+	if design == indexed {
+		if err := admin.EnsureTable(ctx); err != nil {
+			return nil, err
+		}
+	} else if err := createOldTable(ctx, plain, table); err != nil {
 		return nil, err
 	}
 	defer func() {
 		_, _ = plain.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(table)})
 	}()
-	for i := range *leaseOthers {
-		// Rows of other streams sharing the table, as their subscribers would leave them.
-		key := fmt.Sprintf("other-%d/shardId-%012d", i%2, i)
-		if _, err := admin.Acquire(ctx, key, "elsewhere", time.Hour); err != nil {
-			return nil, err
-		}
-		if _, err := admin.Checkpoint(ctx, key, "elsewhere", "49590338271490256608559692538361571095921575989136588898", 0); err != nil {
-			return nil, err
-		}
+	if err := fillOthers(ctx, admin, *leaseOthers); err != nil {
+		return nil, err
 	}
+	// The subscribers reach DynamoDB through the fault proxy, faulting nothing: it counts the
+	// requests that reach the server, a check on the client-side counts.
+	proxy, err := faultproxy.New(os.Getenv(testenv.DynamoDBEndpointVar), faultproxy.Plan{})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = proxy.Close() }()
 	counts := make([]*ddbCount, *leaseInstances)
 	var subs []*kinesub.Subscriber
 	defer func() {
@@ -186,9 +244,15 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 	for i := range counts {
 		counts[i] = &ddbCount{}
 		counts[i].reset()
-		var store lease.Store = lease.NewDynamoDB(dynamodb.NewFromConfig(cfg, counts[i].option), table)
-		if legacy {
-			store = hidePrefix{store}
+		ds := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg, counts[i].option, func(o *dynamodb.Options) {
+			o.BaseEndpoint = aws.String(proxy.URL())
+		}), table)
+		var store lease.Store = ds
+		switch design {
+		case everyTick:
+			store = hidePrefix{ds}
+		case scanned:
+			store = hideWeak{ds, ds}
 		}
 		s, err := kinesub.Subscribe(ctx, kc, stream, kinesub.WithLeaseStore(store), kinesub.WithOwner(fmt.Sprintf("i%d", i)),
 			kinesub.WithLeaseTTL(*leaseTTL), kinesub.WithPollInterval(*leasePoll))
@@ -237,10 +301,12 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 	for _, c := range counts {
 		c.reset()
 	}
+	forwarded := proxy.Stats()[faultproxy.StatForwarded]
 	start := time.Now()
 	time.Sleep(*leaseWindow)
 	perMin := time.Minute.Seconds() / time.Since(start).Seconds() / float64(len(counts))
-	out := map[string]float64{"seconds to all held (once)": allHeld.Seconds()}
+	out := map[string]float64{"seconds to all held (once)": allHeld.Seconds(),
+		"requests at the proxy": float64(proxy.Stats()[faultproxy.StatForwarded]-forwarded) * perMin}
 	for _, c := range counts {
 		c.mu.Lock()
 		for op, n := range c.calls {
@@ -248,8 +314,50 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 			out["calls (all)"] += float64(n) * perMin
 		}
 		out["items read"] += float64(c.items) * perMin
+		out["index keys read"] += float64(c.indexKeys) * perMin
 		out["read units"] += c.rcu * perMin
 		c.mu.Unlock()
 	}
 	return out, nil
+}
+
+// createOldTable creates a lease table as versions before the index did: the key alone.
+func createOldTable(ctx context.Context, client *dynamodb.Client, table string) error {
+	if _, err := client.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(table),
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("lease_key"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("lease_key"), KeyType: ddbtypes.KeyTypeHash}},
+		BillingMode:          ddbtypes.BillingModePayPerRequest,
+	}); err != nil {
+		return err
+	}
+	w := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 20*time.Millisecond, 200*time.Millisecond
+	})
+	return w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 30*time.Second)
+}
+
+// fillOthers writes n rows of two other streams sharing the table, as their subscribers would
+// leave them: held, with a checkpoint. Eight writers at a time.
+func fillOthers(ctx context.Context, admin *lease.DynamoDB, n int) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() { // owned by fillOthers, which waits for it
+			for i := w; i < n; i += 8 {
+				key := fmt.Sprintf("other-%d/shardId-%012d", i%2, i)
+				if _, err := admin.Acquire(ctx, key, "elsewhere", time.Hour); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := admin.Checkpoint(ctx, key, "elsewhere", "49590338271490256608559692538361571095921575989136588898", 0); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
 }

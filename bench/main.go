@@ -15,7 +15,10 @@
 //     against polling every 1 s and every 200 ms, on kinesistest run with the publisher in a
 //     child process (this command run again), so that only the client's CPU is counted;
 //   - lease-table DynamoDB calls, items read and read units per instance per minute at steady
-//     state, reading the change row against listing the whole table every claim tick.
+//     state: listing the whole table every claim tick, against the change row with a filtered
+//     Scan of the table, against the change row with the lease_stream index;
+//   - with -startup, the time from Subscribe to every shard of a 1,000-shard stream held and
+//     delivering, with 1 and 3 instances, and the heap per held shard.
 //
 // It needs the local servers that `make bench` starts (AWS_ENDPOINT_URL_KINESIS and
 // AWS_ENDPOINT_URL_DYNAMODB, checked to be on loopback, so it never touches real AWS). Run it
@@ -97,6 +100,11 @@ func run() error {
 	}
 	if *leaseCost {
 		if err := leaseCostFigures(); err != nil {
+			return err
+		}
+	}
+	if *startup {
+		if err := startupFigures(); err != nil {
 			return err
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +21,7 @@ const (
 	attrCounter    = "lease_counter"          // N, bumped by every write: the fencing token
 	attrCheckpoint = "checkpoint"             // S
 	attrSubSeq     = "checkpoint_subsequence" // N, absent in items written before it existed: 0
+	attrStream     = "lease_stream"           // S, the key before its first '/': the index's partition key (dynamodb_list.go)
 )
 
 // Every expression goes through these placeholders, so no attribute name can collide with a
@@ -32,6 +32,7 @@ var attrNames = map[string]string{
 	"#counter": attrCounter,
 	"#cp":      attrCheckpoint,
 	"#sub":     attrSubSeq,
+	"#stream":  attrStream,
 }
 
 // dynamoAPI is the subset of *dynamodb.Client the store calls; the signatures are the SDK's,
@@ -43,25 +44,31 @@ type dynamoAPI interface {
 	GetItem(ctx context.Context, params *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	Scan(ctx context.Context, params *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 	DeleteItem(ctx context.Context, params *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	UpdateTable(ctx context.Context, params *dynamodb.UpdateTableInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateTableOutput, error)
+	Query(ctx context.Context, params *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	BatchGetItem(ctx context.Context, params *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
 }
 
 var (
 	_ dynamoAPI    = (*dynamodb.Client)(nil)
 	_ PrefixLister = (*DynamoDB)(nil)
 	_ PrefixLister = (*Memory)(nil)
+	_ WeakReader   = (*DynamoDB)(nil)
 )
 
 // DynamoDB is a Store kept in a DynamoDB table, one item per lease, for several processes
 // sharing a stream. It is safe for concurrent use.
 //
-// The table has a string partition key named lease_key; EnsureTable creates it. Each item
-// holds lease_owner (absent while nobody holds the lease), lease_expiry (milliseconds since
-// the Unix epoch), lease_counter (the fencing token, bumped by every write), checkpoint, and
-// checkpoint_subsequence (a number, Lease.SubSequence; an item without it reads as 0).
-// Every write is a single conditional UpdateItem (DeleteItem for Delete), so the store needs
-// no transactions; reads are strongly consistent. List and ListPrefix Scan the table (the
-// latter with a filter on the key prefix, which DynamoDB applies after reading every item).
-// Under a context from WithConsumedCapacity, every call reports the capacity it consumed.
+// The table has a string partition key named lease_key and a global secondary index
+// lease_stream-index (see ListPrefix); EnsureTable creates both. Each item holds lease_owner
+// (absent while nobody holds the lease), lease_expiry (milliseconds since the Unix epoch),
+// lease_counter (the fencing token, bumped by every write), checkpoint,
+// checkpoint_subsequence (a number, Lease.SubSequence; an item without it reads as 0) and
+// lease_stream (the key up to its first '/', absent in keys without one and in items written
+// before it existed). Every write is a single conditional UpdateItem (DeleteItem for Delete),
+// so the store needs no transactions; reads are strongly consistent, except ReadWeak. List
+// Scans the table. Under a context from WithConsumedCapacity, every call reports the capacity
+// it consumed.
 //
 // Expiry is computed from the local clock of the process that writes it and compared with
 // the local clock of the process that tries to take the lease over. The store therefore
@@ -77,14 +84,17 @@ type DynamoDB struct {
 	api   dynamoAPI
 	table string
 	now   func() time.Time
+	list  listing // how ListPrefix reads: dynamodb_list.go
 }
 
 // NewDynamoDB returns a store on the named table, reached through client. It does no I/O:
 // call EnsureTable to create the table, or create it beforehand (string partition key
-// lease_key). An empty table name is reported, wrapping ErrInvalidArgument, by EnsureTable
+// lease_key, and the index that ListPrefix describes: global secondary index
+// lease_stream-index, string partition key lease_stream, string sort key lease_key, keys
+// only). An empty table name is reported, wrapping ErrInvalidArgument, by EnsureTable
 // and by every Store method.
 func NewDynamoDB(client *dynamodb.Client, table string) *DynamoDB {
-	d := &DynamoDB{table: table, now: time.Now}
+	d := &DynamoDB{table: table, now: time.Now, list: listing{migrated: map[string]bool{}, rows: map[string]int{}}}
 	if client != nil { // a nil *dynamodb.Client inside the interface would not compare nil
 		d.api = client
 	}
@@ -109,9 +119,16 @@ func (d *DynamoDB) checkTable() error {
 // several processes. It returns an error if the table exists with a key schema other than a
 // string partition key lease_key.
 //
+// A new table is created with the index lease_stream-index. On a table without it (created by
+// an earlier version, or elsewhere), EnsureTable asks for it with UpdateTable and returns
+// without waiting: DynamoDB builds an index over existing items in minutes, and until the
+// store sees it ACTIVE, ListPrefix scans as before (see ListPrefix). Should DynamoDB refuse
+// (a role without dynamodb:UpdateTable), EnsureTable still succeeds and the store scans.
+//
 // Where the table is managed elsewhere (infrastructure as code, or a role without
-// dynamodb:CreateTable), skip EnsureTable: the store then only needs GetItem, UpdateItem,
-// DeleteItem and Scan.
+// dynamodb:CreateTable), skip EnsureTable: the store then needs GetItem, UpdateItem,
+// DeleteItem, Scan, and, to list one stream's rows through the index, DescribeTable, Query and
+// BatchGetItem (without them, or without the index, it scans).
 func (d *DynamoDB) EnsureTable(ctx context.Context) error {
 	if err := d.checkTable(); err != nil {
 		return err
@@ -120,36 +137,43 @@ func (d *DynamoDB) EnsureTable(ctx context.Context) error {
 		TableName: aws.String(d.table),
 		AttributeDefinitions: []types.AttributeDefinition{
 			{AttributeName: aws.String(attrKey), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(attrStream), AttributeType: types.ScalarAttributeTypeS},
 		},
 		KeySchema: []types.KeySchemaElement{
 			{AttributeName: aws.String(attrKey), KeyType: types.KeyTypeHash},
 		},
-		BillingMode: types.BillingModePayPerRequest,
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{streamIndexSpec()},
+		BillingMode:            types.BillingModePayPerRequest,
 	})
 	var inUse *types.ResourceInUseException
 	if err != nil && !errors.As(err, &inUse) { // in use: it exists, or another process is creating it
 		return fmt.Errorf("lease: create table %q: %w", d.table, err)
 	}
-	return d.waitActive(ctx)
+	t, err := d.waitActive(ctx)
+	if err != nil {
+		return err
+	}
+	return d.ensureIndex(ctx, t)
 }
 
-// waitActive polls DescribeTable until the table is ACTIVE. The SDK's waiter starts at a 20s
-// delay, far longer than creating a single-key on-demand table takes.
-func (d *DynamoDB) waitActive(ctx context.Context) error {
+// waitActive polls DescribeTable until the table is ACTIVE, and returns its description. The
+// SDK's waiter starts at a 20s delay, far longer than creating a single-key on-demand table
+// takes.
+func (d *DynamoDB) waitActive(ctx context.Context) (*types.TableDescription, error) {
 	delay := 25 * time.Millisecond
 	for {
 		out, err := d.api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(d.table)})
 		if err != nil {
-			return d.wrap("describe table", "", err)
+			return nil, d.wrap("describe table", "", err)
 		}
 		if out.Table != nil && out.Table.TableStatus == types.TableStatusActive {
-			return d.checkSchema(out.Table)
+			return out.Table, d.checkSchema(out.Table)
 		}
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("lease: wait for table %q to become active: %w", d.table, ctx.Err())
+			return nil, fmt.Errorf("lease: wait for table %q to become active: %w", d.table, ctx.Err())
 		case <-t.C:
 		}
 		delay = min(2*delay, time.Second)
@@ -267,6 +291,16 @@ func (d *DynamoDB) Delete(ctx context.Context, key string, counter int64) (bool,
 
 // Read implements Store, with a strongly consistent read.
 func (d *DynamoDB) Read(ctx context.Context, key string) (Lease, error) {
+	return d.read(ctx, key, true)
+}
+
+// ReadWeak implements WeakReader, with an eventually consistent read: half the read units of
+// Read.
+func (d *DynamoDB) ReadWeak(ctx context.Context, key string) (Lease, error) {
+	return d.read(ctx, key, false)
+}
+
+func (d *DynamoDB) read(ctx context.Context, key string, consistent bool) (Lease, error) {
 	if err := d.check(key, "", 0, false, false); err != nil {
 		return Lease{}, err
 	}
@@ -274,7 +308,7 @@ func (d *DynamoDB) Read(ctx context.Context, key string) (Lease, error) {
 	out, err := d.api.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:              aws.String(d.table),
 		Key:                    map[string]types.AttributeValue{attrKey: str(key)},
-		ConsistentRead:         aws.Bool(true),
+		ConsistentRead:         aws.Bool(consistent),
 		ReturnConsumedCapacity: asked(report),
 	})
 	if err != nil {
@@ -291,58 +325,6 @@ func (d *DynamoDB) Read(ctx context.Context, key string) (Lease, error) {
 	return l, nil
 }
 
-// List implements Store, with a strongly consistent scan of the whole table. Leases come
-// sorted by key.
-func (d *DynamoDB) List(ctx context.Context) ([]Lease, error) {
-	if err := d.checkTable(); err != nil {
-		return nil, err
-	}
-	return d.scan(ctx, &dynamodb.ScanInput{TableName: aws.String(d.table), ConsistentRead: aws.Bool(true)})
-}
-
-// ListPrefix implements PrefixLister, with a strongly consistent scan filtered on the key.
-// DynamoDB still reads (and bills) every item of the table to filter them: the items of other
-// prefixes only do not travel. Leases come sorted by key.
-func (d *DynamoDB) ListPrefix(ctx context.Context, prefix string) ([]Lease, error) {
-	if err := d.checkTable(); err != nil {
-		return nil, err
-	}
-	if err := checkPrefix(prefix); err != nil {
-		return nil, err
-	}
-	return d.scan(ctx, &dynamodb.ScanInput{
-		TableName:                 aws.String(d.table),
-		ConsistentRead:            aws.Bool(true),
-		FilterExpression:          aws.String("begins_with(#key, :prefix)"),
-		ExpressionAttributeNames:  map[string]string{"#key": attrKey},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":prefix": str(prefix)},
-	})
-}
-
-// scan reads every page of in and decodes the items, sorted by key.
-func (d *DynamoDB) scan(ctx context.Context, in *dynamodb.ScanInput) ([]Lease, error) {
-	var out []Lease
-	report := capacityReport(ctx)
-	in.ReturnConsumedCapacity = asked(report)
-	p := dynamodb.NewScanPaginator(d.api, in)
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, d.wrap("list", "", err)
-		}
-		consumed(report, page.ConsumedCapacity)
-		for _, item := range page.Items {
-			l, err := decode(item)
-			if err != nil {
-				return nil, fmt.Errorf("lease: list table %q: %w", d.table, err)
-			}
-			out = append(out, l)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	return out, nil
-}
-
 func (d *DynamoDB) check(key, owner string, ttl time.Duration, needOwner, needTTL bool) error {
 	if err := d.checkTable(); err != nil {
 		return err
@@ -352,8 +334,23 @@ func (d *DynamoDB) check(key, owner string, ttl time.Duration, needOwner, needTT
 
 // update applies one conditional UpdateItem that also bumps the counter. A failed condition
 // is an answer, not an error: it reports false.
+//
+// Every write also sets lease_stream when the key has a stream part and the item lacks it, so
+// that the item created by an Acquire is in the index, and an item written before the index
+// existed joins it at its first write. Setting it to the value it has changes nothing in the
+// index: DynamoDB writes to a global secondary index only when an item enters or leaves it or
+// one of its projected attributes changes, and the index projects only the keys.
 func (d *DynamoDB) update(ctx context.Context, op, key, update, cond string, values map[string]types.AttributeValue) (bool, error) {
 	values[":one"] = num(1)
+	if stream, ok := streamOf(key); ok {
+		values[":stream"] = str(stream)
+		const set = "#stream = if_not_exists(#stream, :stream)"
+		if rest, ok := strings.CutPrefix(update, "SET "); ok {
+			update = "SET " + set + ", " + rest
+		} else {
+			update = "SET " + set + " " + update
+		}
+	}
 	names := make(map[string]string, len(attrNames))
 	for placeholder, name := range attrNames {
 		// DynamoDB rejects unused placeholders; none is a prefix of another.

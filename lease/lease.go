@@ -97,13 +97,23 @@ type Store interface {
 }
 
 // PrefixLister is implemented by stores that can list the leases whose keys start with a
-// prefix without reading the others: kinesub lists "<stream name>/" to read one stream's rows
-// of a table that several streams share. Both stores here implement it. A subscriber whose
-// store does not lists the whole store every second instead (see kinesub's README).
+// prefix: kinesub lists "<stream name>/" to read one stream's rows of a table that several
+// streams share (DynamoDB reads only those rows through its index when that is cheaper than a
+// Scan of the table). Both stores here implement it. A subscriber whose store does not lists
+// the whole store every second instead (see kinesub's README).
 type PrefixLister interface {
 	// ListPrefix returns the leases whose keys start with prefix, sorted by key. An empty
 	// prefix is an error wrapping ErrInvalidArgument.
 	ListPrefix(ctx context.Context, prefix string) ([]Lease, error)
+}
+
+// WeakReader is implemented by stores that can read a lease more cheaply when the answer may
+// be a little stale (an eventually consistent read on DynamoDB: half the read units, usually
+// current within a second). kinesub reads the change row so each second: a missed bump is
+// seen at the next read, and every decision the row triggers ends in a conditional write.
+type WeakReader interface {
+	// ReadWeak returns the lease as Read does, possibly without the latest writes.
+	ReadWeak(ctx context.Context, key string) (Lease, error)
 }
 
 // ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, or a
