@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -36,6 +37,9 @@ type Subscriber struct {
 	hand  *handoff           // readers → consumer
 	out   chan *Message      // dispatcher → consumer (Messages)
 	fence chan chan struct{} // seekers and Close re-check the dispatcher's held delivery
+	// fencing counts the fencers about to send on fence: while any is, the dispatcher waits
+	// for a consumer only where it also answers fences.
+	fencing atomic.Int32
 
 	dispatchMu    sync.Mutex
 	dispatchState int // dispatchIdle, dispatchRunning, dispatchStopped
