@@ -52,7 +52,7 @@ func (s *Subscriber) dispatch() {
 	var held *Message
 	defer func() {
 		if held != nil {
-			held.shard.handedOut.Add(-1)
+			held.pg.shard.handedOut.Add(-1)
 		}
 	}()
 	for {
@@ -87,8 +87,8 @@ func (s *Subscriber) dispatch() {
 			s.metrics.consumed(held)
 			held = nil
 		case ack := <-s.fence:
-			if held.gen != held.shard.gate.Load() {
-				held.shard.handedOut.Add(-1)
+			if held.pg.gen != held.pg.shard.gate.Load() {
+				held.pg.shard.handedOut.Add(-1)
 				held = nil
 			}
 			if ack == nil {

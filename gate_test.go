@@ -5,6 +5,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
 // newGateHarness builds just the consumer side of a Subscriber: deliveries pushed into
@@ -44,11 +46,11 @@ func TestGateDropsStaleStamps(t *testing.T) {
 				s := newGateHarness(t)
 				w := &worker{id: "shard-1"}
 				w.gate.Store(tc.gate)
-				s.hand.in <- []Message{{shard: w, gen: tc.stamp, data: []byte(tc.name)}}
+				s.hand.in <- testPage(w, tc.stamp, tc.name)
 				select {
 				case m := <-s.out:
 					if !tc.delivers {
-						t.Fatalf("stale delivery %q reached the consumer", m.data)
+						t.Fatalf("stale delivery %q reached the consumer", m.Data())
 					}
 				case <-time.After(100 * time.Millisecond):
 					if tc.delivers {
@@ -69,17 +71,17 @@ func TestFenceRetractsHeldDelivery(t *testing.T) {
 func testFenceRetractsHeldDelivery(t *testing.T) {
 	s := newGateHarness(t)
 	w := &worker{id: "shard-1"}
-	s.hand.in <- []Message{{shard: w, gen: 0, data: []byte("pre-seek")}, {shard: w, gen: 0, data: []byte("pre-seek too")}}
+	s.hand.in <- testPage(w, 0, "pre-seek", "pre-seek too")
 	synctest.Wait() // the dispatcher now holds the first, blocked on the consumer
 	w.gate.Add(1)
 	if err := s.fenceDispatch(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s.hand.in <- []Message{{shard: w, gen: 1, data: []byte("post-seek")}}
+	s.hand.in <- testPage(w, 1, "post-seek")
 	select {
 	case m := <-s.out:
-		if string(m.data) != "post-seek" {
-			t.Fatalf("got %q after the fence", m.data)
+		if string(m.Data()) != "post-seek" {
+			t.Fatalf("got %q after the fence", m.Data())
 		}
 	case <-time.After(time.Second):
 		t.Fatal("nothing delivered after the fence")
@@ -87,4 +89,14 @@ func testFenceRetractsHeldDelivery(t *testing.T) {
 	if n := w.handedOut.Load(); n != 1 {
 		t.Fatalf("handed out = %d, want 1 (the retracted delivery is not counted)", n)
 	}
+}
+
+// testPage is a page of shard w fetched in generation gen, one plain record per payload.
+func testPage(w *worker, gen uint64, payloads ...string) *shardPage {
+	pg := &shardPage{shard: w, gen: gen, records: make([]types.Record, len(payloads)), msgs: make([]Message, len(payloads))}
+	for i, p := range payloads {
+		pg.records[i].Data = []byte(p)
+		pg.msgs[i] = Message{pg: pg, rec: uint32(i), off: uint32(i)}
+	}
+	return pg
 }
