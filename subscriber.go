@@ -34,12 +34,13 @@ type Subscriber struct {
 
 	metrics *metrics // OpenTelemetry instruments (metrics.go)
 
-	hand  *handoff           // readers → consumer
-	out   chan *Message      // dispatcher → consumer (Messages)
-	fence chan chan struct{} // seekers and Close re-check the dispatcher's held delivery
-	// fencing counts the fencers about to send on fence: while any is, the dispatcher waits
-	// for a consumer only where it also answers fences.
-	fencing atomic.Int32
+	hand  *handoff       // readers → consumer
+	out   chan *Message  // dispatcher → consumer (Messages)
+	fence chan *fenceReq // seekers and Close re-check the dispatcher's held delivery (dispatch.go)
+	// fenceSem: one fencer at a time; fencing: a fencer is at work, and the dispatcher, once its
+	// send to the consumer is done, must wait for its request.
+	fenceSem chan struct{}
+	fencing  atomic.Bool
 
 	dispatchMu    sync.Mutex
 	dispatchState int // dispatchIdle, dispatchRunning, dispatchStopped
@@ -128,7 +129,8 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		log:          cfg.logger.With(logStream, ref.name),
 		hand:         newHandoff(cfg.bufferPages),
 		out:          make(chan *Message),
-		fence:        make(chan chan struct{}),
+		fence:        make(chan *fenceReq),
+		fenceSem:     make(chan struct{}, 1),
 		errs:         make(chan error, errorsBuffer),
 		wake:         make(chan struct{}, 1),
 		dispatchDone: make(chan struct{}),
