@@ -20,6 +20,9 @@ const (
 // calls yield ErrConsumerBusy. Nothing is lost in the change: the channel goes on with what the
 // loop left.
 func (s *Subscriber) Messages() <-chan *Message {
+	if s.dispatchChosen.Load() { // a select loop may call Messages for every record
+		return s.out
+	}
 	s.dispatchMu.Lock()
 	defer s.dispatchMu.Unlock()
 	if s.dispatchState == dispatchIdle {
@@ -27,6 +30,7 @@ func (s *Subscriber) Messages() <-chan *Message {
 		s.keepers.Add(1)
 		go s.dispatch() // owned by the subscriber; stop ends it and waits (keepers)
 	}
+	s.dispatchChosen.Store(true)
 	return s.out
 }
 

@@ -44,8 +44,11 @@ type Subscriber struct {
 
 	dispatchMu    sync.Mutex
 	dispatchState int // dispatchIdle, dispatchRunning, dispatchStopped
-	errs          chan error
-	wake          chan struct{} // asks the coordinator for an early round
+	// dispatchChosen: Messages was called (the state is no longer dispatchIdle), read without
+	// the lock.
+	dispatchChosen atomic.Bool
+	errs           chan error
+	wake           chan struct{} // asks the coordinator for an early round
 
 	runCtx       context.Context // ends when the subscription stops reading
 	stopRun      context.CancelFunc
