@@ -94,7 +94,7 @@ func (b *Batch) Messages() []*Message { return b.msgs }
 // shard's watermark is updated once. It returns ErrClosed once Close has returned, and with
 // WithCheckpointInterval(0) the checkpoint write's error.
 func (b *Batch) Ack(ctx context.Context) error {
-	return b.msgs[0].shard.settleAll(ctx, b.msgs)
+	return b.msgs[0].pg.shard.settleAll(ctx, b.msgs)
 }
 
 // settleAll acks every message of ms not yet settled; all are of this shard.
@@ -105,7 +105,7 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 	n, untimed := 0, int64(0)
 	advanced := false
 	w.mu.Lock()
-	current := ms[0].gen == w.gen // a batch is one page: one generation
+	current := ms[0].pg.gen == w.gen // a batch is one page: one generation
 	for _, m := range ms {
 		if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
 			continue
@@ -116,7 +116,7 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 		} else {
 			untimed++
 		}
-		if current && w.wm.settle(m.index) {
+		if current && w.wm.settle(m.index()) {
 			advanced = true
 		}
 	}

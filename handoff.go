@@ -16,15 +16,15 @@ import (
 // then read the count: of the two, one sees the other's write, so either the pull finds the
 // delivery stale or the wait counts it. No lock is taken per record.
 type handoff struct {
-	in    chan []Message // readers → consumer, a page at a time
-	token chan struct{}  // holds one token; the consumer pulling has taken it
+	in    chan *shardPage // readers → consumer, a page at a time
+	token chan struct{}   // holds one token; the consumer pulling has taken it
 
-	rest []Message // the current page: one shard, one generation; owned by the token's holder
-	next int       // rest[next:] is left to pull
+	rest *shardPage // the current page: one shard, one generation; owned by the token's holder
+	next int        // rest.msgs[next:] is left to pull
 }
 
 func newHandoff(pages int) *handoff {
-	h := &handoff{in: make(chan []Message, pages), token: make(chan struct{}, 1)}
+	h := &handoff{in: make(chan *shardPage, pages), token: make(chan struct{}, 1)}
 	h.token <- struct{}{}
 	return h
 }
@@ -32,17 +32,18 @@ func newHandoff(pages int) *handoff {
 // take returns the next delivery of rest whose shard has not moved on since it was fetched,
 // counted as handed out, or nil when rest holds none.
 func (h *handoff) take() *Message {
-	if h.next >= len(h.rest) {
+	pg := h.rest
+	if pg == nil || h.next >= len(pg.msgs) {
 		return nil
 	}
-	m := &h.rest[h.next]
-	w := m.shard
+	w := pg.shard
 	w.handedOut.Add(1)
-	if m.gen != w.gate.Load() {
+	if pg.gen != w.gate.Load() {
 		w.handedOut.Add(-1)
 		h.drop() // one page is one shard and one generation: all of it is stale
 		return nil
 	}
+	m := &pg.msgs[h.next]
 	h.next++
 	return m
 }
@@ -50,14 +51,18 @@ func (h *handoff) take() *Message {
 // takeAll returns what is left of the current page, counted as handed out, or nil when nothing
 // is left or the page is stale.
 func (h *handoff) takeAll() []Message {
-	page := h.rest[min(h.next, len(h.rest)):]
+	pg := h.rest
+	if pg == nil {
+		return nil
+	}
+	page := pg.msgs[min(h.next, len(pg.msgs)):]
 	h.drop()
 	if len(page) == 0 {
 		return nil
 	}
-	w := page[0].shard
+	w := pg.shard
 	w.handedOut.Add(int64(len(page)))
-	if page[0].gen != w.gate.Load() {
+	if pg.gen != w.gate.Load() {
 		w.handedOut.Add(-int64(len(page)))
 		return nil
 	}
@@ -65,7 +70,7 @@ func (h *handoff) takeAll() []Message {
 }
 
 // refill makes page the current one.
-func (h *handoff) refill(page []Message) { h.rest, h.next = page, 0 }
+func (h *handoff) refill(page *shardPage) { h.rest, h.next = page, 0 }
 
 func (h *handoff) drop() { h.rest, h.next = nil, 0 }
 

@@ -286,10 +286,10 @@ func (m *metrics) shard(id string) *shardStats {
 // for the settle duration. It is called once msg is handed out; an Ack racing ahead of the
 // note is counted but not timed.
 func (m *metrics) consumed(msg *Message) {
-	if m == nil || msg.shard == nil || msg.shard.stats == nil {
+	if m == nil || msg.pg.shard.stats == nil {
 		return
 	}
-	if msg.shard.stats.consumed.Add(1)%settleSample == 1 && m.settle.Enabled(context.Background()) {
+	if msg.pg.shard.stats.consumed.Add(1)%settleSample == 1 && m.settle.Enabled(context.Background()) {
 		atomic.StoreInt64(&msg.handed, time.Now().UnixNano())
 	}
 }
@@ -297,10 +297,10 @@ func (m *metrics) consumed(msg *Message) {
 // consumedPage counts a page of one shard handed out at once (Batches), timing the settle of
 // the same sample of its messages as consumed does.
 func (m *metrics) consumedPage(page []Message) {
-	if m == nil || len(page) == 0 || page[0].shard == nil || page[0].shard.stats == nil {
+	if m == nil || len(page) == 0 || page[0].pg.shard.stats == nil {
 		return
 	}
-	n := page[0].shard.stats.consumed.Add(int64(len(page)))
+	n := page[0].pg.shard.stats.consumed.Add(int64(len(page)))
 	if !m.settle.Enabled(context.Background()) {
 		return
 	}

@@ -272,17 +272,19 @@ func (r *reader) room() int {
 // interrupted by a seek or a stop: the rest of the batch is dropped, and the reader reopens.
 //
 // The page's Messages and watermark slots are built outside w.mu, so that acks of the shard's
-// earlier records do not wait for it; the lock is taken once, to track them all.
+// earlier records do not wait for it; the lock is taken once, to track them all. A plain
+// record's Message refers to the record in the page; only envelopes and KPL aggregates make
+// more (unpacked).
 func (r *reader) deliver(records []types.Record) bool {
 	if len(records) == 0 {
 		return true
 	}
 	w, s := r.w, r.w.sub
-	// Built in place: fields written one by one into the page cost less, while a collection
-	// runs, than whole Messages copied in (a bulk write barrier each).
+	pg := &shardPage{shard: w, gen: r.gen, records: records}
 	msgs := make([]Message, len(records))
 	n := 0
 	slots := r.slots[:0]
+	var envs []unpacked // the page's envelope records, by record; made at the first one
 	var bad []error
 	var badAt []int // slots of records that could not be decoded: handled at once
 	for i := range records {
@@ -302,17 +304,18 @@ func (r *reader) deliver(records []types.Record) bool {
 			}
 			m := &msgs[n]
 			n++
-			m.sequence, m.shard, m.gen, m.index, m.arrival = seq, w, r.gen, uint64(len(slots)), rec.ApproximateArrivalTimestamp
-			if rec.PartitionKey != nil {
-				m.partitionKey = *rec.PartitionKey
-			}
+			m.pg, m.rec, m.off = pg, uint32(i), uint32(len(slots))
 			if hasEnvelope(rec.Data) {
-				m.headers, m.data = splitEnvelope(rec.Data)
-				if len(m.headers) == 0 {
-					m.headers = nil
+				if envs == nil {
+					envs = make([]unpacked, len(records))
 				}
-			} else {
-				m.data = rec.Data
+				x := &envs[i]
+				x.partitionKey = aws.ToString(rec.PartitionKey)
+				x.headers, x.data = splitEnvelope(rec.Data)
+				if len(x.headers) == 0 {
+					x.headers = nil
+				}
+				m.ext = x
 			}
 			slots = append(slots, slot{seq: seq, size: int32(len(rec.Data))})
 			continue
@@ -325,6 +328,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
 			continue
 		}
+		users := make([]unpacked, len(subs))
 		for j := range subs {
 			if j < skip {
 				continue // handled before the checkpoint or seek that opened the shard here
@@ -335,12 +339,13 @@ func (r *reader) deliver(records []types.Record) bool {
 			}
 			m := &msgs[n]
 			n++
-			m.sequence, m.sub, m.shard, m.gen, m.index = seq, int32(j), w, r.gen, uint64(len(slots))
-			m.partitionKey, m.arrival = sub.partitionKey, rec.ApproximateArrivalTimestamp
-			m.headers, m.data = splitEnvelope(sub.data)
-			if len(m.headers) == 0 {
-				m.headers = nil
+			x := &users[j]
+			x.partitionKey, x.sub = sub.partitionKey, int32(j)
+			x.headers, x.data = splitEnvelope(sub.data)
+			if len(x.headers) == 0 {
+				x.headers = nil
 			}
+			m.pg, m.ext, m.rec, m.off = pg, x, uint32(i), uint32(len(slots))
 			// Until the last user record of the aggregate is handled, the checkpoint stays
 			// inside it: (seq, user records handled), which resumes at the next one.
 			next := j + 1
@@ -355,26 +360,23 @@ func (r *reader) deliver(records []types.Record) bool {
 		w.mu.Unlock()
 		return false
 	}
-	first := w.wm.trackAll(slots)
+	pg.first = w.wm.trackAll(slots)
 	for _, at := range badAt {
-		w.wm.settle(first + uint64(at))
+		w.wm.settle(pg.first + uint64(at))
 		w.dirty = true
 	}
 	w.lastSeq = aws.ToString(records[len(records)-1].SequenceNumber)
 	w.mu.Unlock()
 	r.slots = slots[:0] // kept for the next page; it holds on to one page's sequence numbers at most
-	msgs = msgs[:n]
-	for i := range msgs {
-		msgs[i].index += first
-	}
 	for _, err := range bad {
 		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpDecode, Err: err})
 	}
-	if len(msgs) == 0 {
+	if n == 0 {
 		return true
 	}
+	pg.msgs = msgs[:n]
 	select {
-	case s.hand.in <- msgs:
+	case s.hand.in <- pg:
 		return true
 	case <-r.ctx.Done():
 	case <-w.seekNote:

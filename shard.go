@@ -114,11 +114,11 @@ func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
 		return nil
 	}
 	w.mu.Lock()
-	if m.gen != w.gen {
+	if m.pg.gen != w.gen {
 		w.mu.Unlock()
 		return nil
 	}
-	advanced := w.wm.settle(m.index)
+	advanced := w.wm.settle(m.index())
 	roomy := w.noteSettled(advanced)
 	w.mu.Unlock()
 	return w.settled(ctx, advanced, roomy)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -33,14 +34,21 @@ type Subscriber struct {
 
 	metrics *metrics // OpenTelemetry instruments (metrics.go)
 
-	hand  *handoff           // readers → consumer
-	out   chan *Message      // dispatcher → consumer (Messages)
-	fence chan chan struct{} // seekers and Close re-check the dispatcher's held delivery
+	hand  *handoff       // readers → consumer
+	out   chan *Message  // dispatcher → consumer (Messages)
+	fence chan *fenceReq // seekers and Close re-check the dispatcher's held delivery (dispatch.go)
+	// fenceSem: one fencer at a time; fencing: a fencer is at work, and the dispatcher, once its
+	// send to the consumer is done, must wait for its request.
+	fenceSem chan struct{}
+	fencing  atomic.Bool
 
 	dispatchMu    sync.Mutex
 	dispatchState int // dispatchIdle, dispatchRunning, dispatchStopped
-	errs          chan error
-	wake          chan struct{} // asks the coordinator for an early round
+	// dispatchChosen: Messages was called (the state is no longer dispatchIdle), read without
+	// the lock.
+	dispatchChosen atomic.Bool
+	errs           chan error
+	wake           chan struct{} // asks the coordinator for an early round
 
 	runCtx       context.Context // ends when the subscription stops reading
 	stopRun      context.CancelFunc
@@ -124,7 +132,8 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		log:          cfg.logger.With(logStream, ref.name),
 		hand:         newHandoff(cfg.bufferPages),
 		out:          make(chan *Message),
-		fence:        make(chan chan struct{}),
+		fence:        make(chan *fenceReq),
+		fenceSem:     make(chan struct{}, 1),
 		errs:         make(chan error, errorsBuffer),
 		wake:         make(chan struct{}, 1),
 		dispatchDone: make(chan struct{}),
