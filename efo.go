@@ -20,7 +20,12 @@ import (
 //
 // Like every shard source it is driven by its reader's goroutine only.
 type fanOut struct {
-	client      kinesisiface.Kinesis
+	client kinesisiface.Kinesis
+	// fresh, when set, makes the client of each subscription: the SDK's event-stream decoding
+	// state belongs to a client, and a subscription's initial response is decoded while the
+	// previous subscription's reader goroutine may still be decoding (a seek, a renewal), so
+	// no two subscriptions share one (aws/smithy-go#714).
+	fresh       func() kinesisiface.Kinesis
 	consumerARN string
 	stream      streamRef
 	shard       string
@@ -47,12 +52,12 @@ type fanOut struct {
 // newFanOut returns the fan-out source of the shard id, whose seek notification is note.
 func (s *Subscriber) newFanOut(id string, note chan struct{}) *fanOut {
 	f := s.cfg.fanOut
-	client := s.client
+	var fresh func() kinesisiface.Kinesis
 	if f.newClient != nil {
-		client = meteredKinesis{k: f.newClient(), r: s.metrics.req}
+		fresh = func() kinesisiface.Kinesis { return meteredKinesis{k: f.newClient(), r: s.metrics.req} }
 	}
 	return &fanOut{
-		client: client, consumerARN: f.arn, stream: s.ref, shard: id, timeout: s.cfg.requestTimeout,
+		client: s.client, fresh: fresh, consumerARN: f.arn, stream: s.ref, shard: id, timeout: s.cfg.requestTimeout,
 		stallAfter: f.stallAfter, inUseRetry: f.inUseRetry, note: note,
 		report: func(err error) {
 			s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpSubscribeToShard, Err: err})
@@ -191,7 +196,11 @@ func (f *fanOut) subscribe(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	timedOut := time.AfterFunc(f.timeout, cancel)
 	in := f.at.iteratorInput(f.stream, f.shard)
-	out, err := f.client.SubscribeToShard(sctx, &kinesis.SubscribeToShardInput{
+	client := f.client
+	if f.fresh != nil {
+		client = f.fresh()
+	}
+	out, err := client.SubscribeToShard(sctx, &kinesis.SubscribeToShardInput{
 		ConsumerARN: aws.String(f.consumerARN), ShardId: aws.String(f.shard),
 		StartingPosition: &types.StartingPosition{Type: in.ShardIteratorType, SequenceNumber: in.StartingSequenceNumber, Timestamp: in.Timestamp},
 	}, noRetry)

@@ -15,11 +15,12 @@ type fanOutConfig struct {
 	name string // the stream consumer's name
 	arn  string // set by Subscribe once the consumer is ACTIVE
 
-	// newClient returns the client one shard's subscriptions are made with. The SDK's
-	// event-stream decoder state is shared by all the streams of one client and races when
-	// several are read at once (aws/smithy-go#714), so Subscribe gives each shard a client of
-	// its own built from the user's client's options: same HTTP client and connections, same
-	// credentials and endpoint, its own decoder. nil: the subscriber's client.
+	// newClient returns the client one subscription is made with. The SDK's event-stream
+	// decoder state is shared by all the streams of one client and races when several are read
+	// at once (aws/smithy-go#714), also a shard's next subscription against its previous one's
+	// reader still winding down, so Subscribe gives each subscription a client of its own built
+	// from the user's client's options: same HTTP client and connections, same credentials and
+	// endpoint, its own decoder. nil: the subscriber's client.
 	newClient func() kinesisiface.Kinesis
 
 	stallAfter   time.Duration // no event for this long: the subscription is dead
