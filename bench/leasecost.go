@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
@@ -138,29 +137,12 @@ var designNames = [designs]string{"every tick", "change row+scan", "change row+i
 // costs fewer read units than a Scan.
 func leaseCostFigures() error {
 	fmt.Println("== Lease table: DynamoDB reads per instance per minute at steady state (dynalite) ==")
-	if err := testenv.CheckLoopback(os.Getenv(testenv.DynamoDBEndpointVar)); err != nil {
-		return fmt.Errorf("%s: %v; run `make bench`, which starts the local servers and sets it", testenv.DynamoDBEndpointVar, err)
-	}
 	ctx := context.Background()
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
+	cfg, kc, stream, cleanup, err := localStream(ctx, "kinesub-leasecost-", int32(*leaseShards))
 	if err != nil {
 		return err
 	}
-	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
-		cfg.Credentials = aws.AnonymousCredentials{}
-	}
-	kc := kinesis.NewFromConfig(cfg)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	stream := "kinesub-leasecost-" + hex.EncodeToString(b[:])
-	if _, err := createStream(ctx, kc, stream, int32(*leaseShards)); err != nil {
-		return err
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = kc.DeleteStream(dctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream)})
-	}()
+	defer cleanup()
 	fmt.Printf("%d instances × %d shards, %d rows of other streams in the table, lease TTL %v (balance %v), %v measured\n",
 		*leaseInstances, *leaseShards, *leaseOthers, *leaseTTL, 2**leaseTTL, *leaseWindow)
 	var res [designs]map[string]float64

@@ -40,30 +40,13 @@ var (
 // delivered its record, and the process's heap then, per held shard.
 func startupFigures() error {
 	fmt.Println("== Start-up of a large stream: Subscribe to every shard delivering (kinesalite, dynalite) ==")
-	if err := testenv.CheckLoopback(os.Getenv(testenv.DynamoDBEndpointVar)); err != nil {
-		return fmt.Errorf("%s: %v; run `make bench`, which starts the local servers and sets it", testenv.DynamoDBEndpointVar, err)
-	}
 	ctx := context.Background()
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
+	created := time.Now()
+	cfg, kc, stream, cleanup, err := localStream(ctx, "kinesub-startup-", int32(*startupShards))
 	if err != nil {
 		return err
 	}
-	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
-		cfg.Credentials = aws.AnonymousCredentials{}
-	}
-	kc := kinesis.NewFromConfig(cfg)
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	stream := "kinesub-startup-" + hex.EncodeToString(b[:])
-	created := time.Now()
-	if _, err := createStream(ctx, kc, stream, int32(*startupShards)); err != nil {
-		return err
-	}
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_, _ = kc.DeleteStream(dctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream)})
-	}()
+	defer cleanup()
 	if err := oneRecordPerShard(ctx, kc, stream); err != nil {
 		return err
 	}
@@ -202,4 +185,31 @@ func startupPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stream
 	r.heapPerShard = float64(int64(ms.HeapAlloc)-int64(heap0)) / float64(*startupShards)
 	r.goroutinesPerShard = float64(runtime.NumGoroutine()-g0) / float64(*startupShards)
 	return r, nil
+}
+
+// localStream checks that DynamoDB is the local server, then creates a stream of shards named
+// prefix and a random suffix on the local Kinesis server; cleanup deletes it.
+func localStream(ctx context.Context, prefix string, shards int32) (cfg aws.Config, kc *kinesis.Client, stream string, cleanup func(), err error) {
+	if err := testenv.CheckLoopback(os.Getenv(testenv.DynamoDBEndpointVar)); err != nil {
+		return cfg, nil, "", nil, fmt.Errorf("%s: %v; run `make bench`, which starts the local servers and sets it", testenv.DynamoDBEndpointVar, err)
+	}
+	cfg, err = config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
+	if err != nil {
+		return cfg, nil, "", nil, err
+	}
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+		cfg.Credentials = aws.AnonymousCredentials{}
+	}
+	kc = kinesis.NewFromConfig(cfg)
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	stream = prefix + hex.EncodeToString(b[:])
+	if _, err := createStream(ctx, kc, stream, shards); err != nil {
+		return cfg, nil, "", nil, err
+	}
+	return cfg, kc, stream, func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = kc.DeleteStream(dctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream)})
+	}, nil
 }
