@@ -43,22 +43,29 @@ const changeHold = time.Second
 type changeRow struct {
 	key    string // "<stream>/~table/changes"
 	lister lease.PrefixLister
-	weak   bool // the store reads weakly (lease.WeakReader)
+	// read reads the change row: weakly where the store can (lease.WeakReader). A stale answer
+	// only delays a bump to the next tick, since what it triggers is decided by conditional
+	// writes; on DynamoDB it costs half the read units.
+	read func(ctx context.Context, key string) (lease.Lease, error)
 
 	mu      sync.Mutex
 	running bool // a bump is being written
 	again   bool // another was asked for meanwhile
 }
 
-// newChangeRow returns the change row of stream, or nil when store cannot list one stream's
-// rows alone (lease.PrefixLister): then every claim tick reads the whole store.
-func newChangeRow(store lease.Store, stream string) *changeRow {
-	pl, ok := store.(lease.PrefixLister)
-	if !ok {
+// newChangeRow returns the change row of stream, or nil when store (the user's, unmetered)
+// cannot list one stream's rows alone (lease.PrefixLister): then every claim tick reads the
+// whole store. Its reads and listings go through metered, the same store
+// with metrics.
+func newChangeRow(store lease.Store, metered meteredStore, stream string) *changeRow {
+	if _, ok := store.(lease.PrefixLister); !ok {
 		return nil
 	}
-	_, weak := store.(lease.WeakReader)
-	return &changeRow{key: stream + "/" + changesRow, lister: pl, weak: weak}
+	c := &changeRow{key: stream + "/" + changesRow, lister: metered, read: metered.Read}
+	if _, ok := store.(lease.WeakReader); ok {
+		c.read = metered.ReadWeak
+	}
+	return c
 }
 
 // changed bumps the change row, so that the stream's other subscribers read the lease table
@@ -179,13 +186,7 @@ func (w *watch) stale(ctx context.Context, s *Subscriber) bool {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
-	read := s.cfg.store.Read
-	if wr, ok := s.cfg.store.(lease.WeakReader); ok && c.weak {
-		// A stale answer only delays a bump to the next tick: what it triggers is decided by
-		// conditional writes. On DynamoDB it costs half the read units.
-		read = wr.ReadWeak
-	}
-	l, err := read(cctx, c.key)
+	l, err := c.read(cctx, c.key)
 	return err != nil || l.Counter != w.change
 }
 

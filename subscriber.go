@@ -118,11 +118,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		return nil, err
 	}
 	client = meteredKinesis{k: client, r: m.req}
-	changes := newChangeRow(cfg.store, ref.name)
-	cfg.store = meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
-	if changes != nil {
-		changes.lister = cfg.store.(meteredStore) // metered, and known to list by prefix
-	}
+	metered := meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
+	changes := newChangeRow(cfg.store, metered, ref.name)
+	cfg.store = metered
 	s := &Subscriber{
 		metrics:      m,
 		cfg:          cfg,
