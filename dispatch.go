@@ -2,6 +2,8 @@ package kinesub
 
 import (
 	"context"
+	"runtime"
+	"time"
 )
 
 // Dispatcher states, under dispatchMu.
@@ -11,9 +13,20 @@ const (
 	dispatchStopped        // Close stopped it, or stopped the subscription before it ran
 )
 
+// messagesBuffer is the capacity of the Messages channel. A buffer spares the dispatcher and
+// the consumer a goroutine switch per record; its deliveries are all of one shard and one
+// generation at a time, so that a fence can empty it of stale ones without reordering anything
+// (see dispatch).
+const messagesBuffer = 64
+
 // Messages returns the channel of delivered records. It is closed exactly once, after Close,
 // after ctx cancellation or after a fatal error (see Err), so ranging over it always ends.
 // Records of one shard arrive in order; records of different shards interleave.
+//
+// The channel has room for 64 records, all of one shard at a time: the consumer takes them
+// without waiting for another goroutine each time. A Seek, a lost or handed-back lease and
+// Close take back those of the shards they move before they return, so the guarantee is the
+// same as with no buffer: nothing fetched before Seek returns is received after it.
 //
 // The first call makes the channel this subscription's way of consuming, for good: records
 // flow into it once any All or Batches loop running then has ended, and later All or Batches
@@ -34,93 +47,168 @@ func (s *Subscriber) Messages() <-chan *Message {
 	return s.out
 }
 
+// dispatcher is the state of the goroutine behind Messages, owned by it.
+type dispatcher struct {
+	s    *Subscriber
+	held *Message // the next delivery, counted as handed out, not yet in out
+	// What out holds: deliveries of one shard and one generation only (or nothing). A fence
+	// that makes them stale can then take every one it finds there: whatever the consumer
+	// receives meanwhile is of that shard and in order, and no other shard's delivery is
+	// taken out of turn.
+	outShard *worker
+	outGen   uint64
+	timer    *time.Timer // paces awaitTaken
+}
+
 // dispatch hands deliveries to the consumer through Messages, dropping those whose shard has
 // moved on (sought, lost, closing) since they were fetched. A fence makes it re-check the
-// delivery it holds, so nothing fetched before a seek reaches the consumer after it.
+// delivery it holds and empty out of stale ones, so nothing fetched before a seek reaches the
+// consumer after it.
 //
-// The dispatcher waits for the consumer on a plain send: a select that could also take a fence
-// costs about a fifth more per record delivered and acked. A fencer reaches it there by taking the delivery
-// out of the send itself, and hands it back with its request; the dispatcher, which sees the
-// fencer's flag once its send is done, waits for that request before it takes anything else,
-// so the delivery taken back is handed out again (or dropped, if stale) before any later one.
+// Sends into out do not block while it has room, and the dispatcher looks at the fencing flag
+// between two of them: a select that could also take a fence would cost more per record. When
+// out is full it waits for the consumer or a fence, whichever comes first. Before it puts a
+// delivery of another shard or generation into out, it waits until the consumer has taken
+// everything there (awaitTaken).
 func (s *Subscriber) dispatch() {
 	defer s.keepers.Done()
 	defer close(s.dispatchDone)
 	defer close(s.out)
 	// Take the hand-off from any pull loop, for good, answering fences meanwhile.
+	d := &dispatcher{s: s}
 	for taken := false; !taken; {
 		select {
 		case <-s.hand.token:
 			taken = true
 		case req := <-s.fence:
-			if s.answer(req, nil); req.stop {
+			if d.answer(req); req.stop {
 				return
 			}
 		}
 	}
-	var held *Message
+	d.timer = time.NewTimer(time.Hour)
+	d.timer.Stop()
 	defer func() {
-		if held != nil {
-			held.pg.shard.handedOut.Add(-1)
+		if d.held != nil {
+			d.held.pg.shard.handedOut.Add(-1)
 		}
 	}()
 	for {
-		if held == nil {
-			if held = s.hand.take(); held == nil {
+		if s.fencing.Load() {
+			if req := <-s.fence; d.answer(req) {
+				return
+			}
+			continue
+		}
+		if d.held == nil {
+			if d.held = s.hand.take(); d.held == nil {
 				select {
 				case page := <-s.hand.in:
 					s.hand.refill(page)
 				case req := <-s.fence:
-					if s.answer(req, nil); req.stop {
+					if d.answer(req) {
 						return
 					}
 				}
 				continue
 			}
 		}
-		s.out <- held
-		if !s.fencing.Load() {
-			s.metrics.consumed(held)
-			held = nil
+		if pg := d.held.pg; pg.shard != d.outShard || pg.gen != d.outGen {
+			if len(s.out) > 0 {
+				if d.awaitTaken() {
+					return
+				}
+				continue // a fence may have dropped held
+			}
+			d.outShard, d.outGen = pg.shard, pg.gen
+		}
+		select {
+		case s.out <- d.held:
+			s.metrics.consumed(d.held)
+			d.held = nil
 			continue
+		default:
 		}
-		// A fencer is at work: it received held itself (and hands it back), or it is about to
-		// send its request, which it can now only send on fence.
-		req := <-s.fence
-		if req.back == nil {
-			s.metrics.consumed(held)
-			held = nil
-		}
-		if held = s.answer(req, held); req.stop {
-			return
+		select {
+		case s.out <- d.held:
+			s.metrics.consumed(d.held)
+			d.held = nil
+		case req := <-s.fence:
+			if d.answer(req) {
+				return
+			}
 		}
 	}
+}
+
+// awaitTaken waits until the consumer has taken everything in out, answering fences meanwhile,
+// and reports whether one stopped the dispatcher. Nothing signals a channel running empty, so
+// it looks: a few yields first (the consumer is often about to receive), then sleeps of a
+// sixteenth of the time waited so far, so that a slow consumer loses at most about that share
+// of its time and a stuck one costs a few wake-ups a second.
+func (d *dispatcher) awaitTaken() bool {
+	s := d.s
+	for range 4 {
+		if len(s.out) == 0 {
+			return false
+		}
+		runtime.Gosched()
+	}
+	start := time.Now()
+	for len(s.out) > 0 {
+		d.timer.Reset(min(max(time.Since(start)/16, 20*time.Microsecond), 50*time.Millisecond))
+		select {
+		case <-d.timer.C:
+		case req := <-s.fence:
+			d.timer.Stop()
+			if d.answer(req) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fenceReq is a fencer's request to the dispatcher.
 type fenceReq struct {
 	ack  chan struct{} // closed once the dispatcher has re-checked what it holds
-	back *Message      // the delivery the fencer took out of the dispatcher's send, if it did
 	stop bool          // the dispatcher must end (stopDispatch)
 }
 
-// answer lowers the fencing flag, re-checks held against its shard's gate, and acknowledges
-// req. It returns held, or nil when held is stale.
-func (s *Subscriber) answer(req *fenceReq, held *Message) *Message {
-	s.fencing.Store(false)
-	if held != nil && held.pg.gen != held.pg.shard.gate.Load() {
-		held.pg.shard.handedOut.Add(-1)
-		held = nil
+// answer lowers the fencing flag, drops the held delivery and empties out when they are stale
+// (everything, when the dispatcher must stop), acknowledges req, and reports req.stop.
+func (d *dispatcher) answer(req *fenceReq) bool {
+	d.s.fencing.Store(false)
+	if h := d.held; h != nil && (req.stop || h.pg.gen != h.pg.shard.gate.Load()) {
+		h.pg.shard.handedOut.Add(-1)
+		d.held = nil
+	}
+	if w := d.outShard; w != nil && (req.stop || d.outGen != w.gate.Load()) {
+		d.empty()
 	}
 	close(req.ack)
-	return held
+	return req.stop
+}
+
+// empty takes back what out holds. The consumer may receive some of it meanwhile: that is
+// before the fence returns, and in order, as out holds one shard's deliveries.
+func (d *dispatcher) empty() {
+	for {
+		select {
+		case m := <-d.s.out:
+			m.pg.shard.handedOut.Add(-1)
+		default:
+			d.outShard = nil
+			return
+		}
+	}
 }
 
 // fenceDispatch returns once no consumer can be handed a delivery checked against a gate as it
 // was before the caller bumped it: the dispatcher, if it runs, has re-checked the delivery it
-// holds. A pull loop needs no fence: it checks each delivery as it takes it (handoff). ctx
-// bounds the wait for other fencers; the exchange with the dispatcher itself is not
-// cancelled, as the dispatcher answers at once.
+// holds and emptied Messages' buffer of stale ones. A pull loop needs no fence: it checks each
+// delivery as it takes it (handoff). ctx bounds the wait for other fencers; the exchange with
+// the dispatcher itself is not cancelled, as the dispatcher answers at once.
 func (s *Subscriber) fenceDispatch(ctx context.Context) error {
 	s.dispatchMu.Lock()
 	running := s.dispatchState == dispatchRunning
@@ -140,20 +228,13 @@ func (s *Subscriber) fenceDispatch(ctx context.Context) error {
 	return nil
 }
 
-// sendFence raises the fencing flag, delivers req to the dispatcher, taking back the delivery
-// it is sending if it is sending one, and waits for the answer. The caller holds fenceSem: the
-// flag is one fencer's until the dispatcher has lowered it. sendFence does not wait on a
-// context: the dispatcher is always sending on out or ready to receive on fence (or done), and
-// answers a request as soon as it has it.
+// sendFence raises the fencing flag, delivers req to the dispatcher and waits for the answer.
+// The caller holds fenceSem: the flag is one fencer's until the dispatcher has lowered it.
+// sendFence does not wait on a context: the dispatcher looks at the flag between two sends and
+// takes fences wherever it waits (or is done), and answers a request as soon as it has it.
 func (s *Subscriber) sendFence(req *fenceReq) {
 	s.fencing.Store(true)
 	select {
-	case m, ok := <-s.out:
-		if !ok {
-			return // closed: the dispatcher has ended
-		}
-		req.back = m
-		s.fence <- req // the dispatcher, its send done, waits for this
 	case s.fence <- req:
 	case <-s.dispatchDone:
 		return

@@ -2,8 +2,11 @@ package kinesub
 
 import (
 	"context"
+	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,12 +15,12 @@ import (
 )
 
 // newGateHarness builds just the consumer side of a Subscriber: deliveries pushed into
-// s.hand.in come out of Messages unless their stamp is stale. Messages is unbuffered, so the
-// dispatcher holds the delivery the consumer has not taken.
-func newGateHarness(t *testing.T) *Subscriber {
+// s.hand.in come out of Messages unless their stamp is stale. Messages has room for buffer
+// deliveries; with none, the dispatcher holds the delivery the consumer has not taken.
+func newGateHarness(t *testing.T, buffer int) *Subscriber {
 	s := &Subscriber{
 		hand:         newHandoff(16),
-		out:          make(chan *Message),
+		out:          make(chan *Message, buffer),
 		fence:        make(chan *fenceReq),
 		fenceSem:     make(chan struct{}, 1),
 		dispatchDone: make(chan struct{}),
@@ -46,7 +49,7 @@ func TestGateDropsStaleStamps(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := newGateHarness(t)
+				s := newGateHarness(t, 0)
 				w := &worker{id: "shard-1"}
 				w.gate.Store(tc.gate)
 				s.hand.in <- testPage(w, tc.stamp, tc.name)
@@ -72,7 +75,7 @@ func TestFenceRetractsHeldDelivery(t *testing.T) {
 }
 
 func testFenceRetractsHeldDelivery(t *testing.T) {
-	s := newGateHarness(t)
+	s := newGateHarness(t, 0)
 	w := &worker{id: "shard-1"}
 	s.hand.in <- testPage(w, 0, "pre-seek", "pre-seek too")
 	synctest.Wait() // the dispatcher now holds the first, blocked on the consumer
@@ -99,7 +102,7 @@ func testFenceRetractsHeldDelivery(t *testing.T) {
 // ones of its page, and stays counted once.
 func TestFenceTakesBackCurrentDelivery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newGateHarness(t)
+		s := newGateHarness(t, 0)
 		w := &worker{id: "shard-1"}
 		s.hand.in <- testPage(w, 0, "first", "second", "third")
 		synctest.Wait() // the dispatcher now sends "first", blocked on the consumer
@@ -127,8 +130,14 @@ func TestFenceTakesBackCurrentDelivery(t *testing.T) {
 // TestFencesKeepOrder: fences racing a consumer that receives every delivery, from several
 // goroutines at once, neither lose, repeat nor reorder anything.
 func TestFencesKeepOrder(t *testing.T) {
+	for _, buffer := range []int{0, 8} {
+		t.Run("buffer="+strconv.Itoa(buffer), func(t *testing.T) { testFencesKeepOrder(t, buffer) })
+	}
+}
+
+func testFencesKeepOrder(t *testing.T, buffer int) {
 	const pages, perPage = 50, 40
-	s := newGateHarness(t)
+	s := newGateHarness(t, buffer)
 	w := &worker{id: "shard-1"}
 	go func() { // owned by the test: it ends once every page is queued
 		for p := range pages {
@@ -174,6 +183,222 @@ func TestFencesKeepOrder(t *testing.T) {
 	fencers.Wait()
 	if n := w.handedOut.Load(); n != pages*perPage {
 		t.Fatalf("handed out = %d, want %d", n, pages*perPage)
+	}
+}
+
+// TestFenceEmptiesStaleBuffer: deliveries waiting in Messages' buffer when their shard is
+// sought are taken back by the fence and uncounted; the consumer's next record is from the new
+// position.
+func TestFenceEmptiesStaleBuffer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newGateHarness(t, 4)
+		w := &worker{id: "shard-1"}
+		s.hand.in <- testPage(w, 0, "a", "b", "c")
+		synctest.Wait()
+		if n := len(s.out); n != 3 {
+			t.Fatalf("buffered %d deliveries, want 3", n)
+		}
+		w.gate.Add(1)
+		if err := s.fenceDispatch(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(s.out); n != 0 {
+			t.Fatalf("%d stale deliveries left in the buffer after the fence", n)
+		}
+		if n := w.handedOut.Load(); n != 0 {
+			t.Fatalf("handed out = %d, want 0", n)
+		}
+		s.hand.in <- testPage(w, 1, "post-seek")
+		if m := <-s.out; string(m.Data()) != "post-seek" {
+			t.Fatalf("got %q after the fence", m.Data())
+		}
+	})
+}
+
+// TestFenceLeavesOtherShardsBuffered: a fence for one shard leaves another shard's buffered
+// deliveries where they are, in order.
+func TestFenceLeavesOtherShardsBuffered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newGateHarness(t, 4)
+		w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
+		s.hand.in <- testPage(w1, 0, "a", "b")
+		synctest.Wait()
+		w2.gate.Add(1)
+		if err := s.fenceDispatch(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"a", "b"} {
+			if m := <-s.out; string(m.Data()) != want {
+				t.Fatalf("got %q, want %q", m.Data(), want)
+			}
+		}
+		if n := w1.handedOut.Load(); n != 2 {
+			t.Fatalf("handed out = %d, want 2", n)
+		}
+	})
+}
+
+// TestBufferHoldsOneShard: the buffer never holds two shards' deliveries (a fence could not
+// otherwise empty one of them without taking the other's out of turn): the next shard's wait
+// until the consumer has taken the first's, and a fence meanwhile finds only stale ones.
+func TestBufferHoldsOneShard(t *testing.T) {
+	t.Run("consumer takes them", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newGateHarness(t, 4)
+			w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
+			s.hand.in <- testPage(w1, 0, "a", "b")
+			s.hand.in <- testPage(w2, 0, "x")
+			synctest.Wait()
+			if n := len(s.out); n != 2 {
+				t.Fatalf("buffered %d deliveries, want shard-1's 2", n)
+			}
+			for _, want := range []string{"a", "b", "x"} {
+				if m := <-s.out; string(m.Data()) != want {
+					t.Fatalf("got %q, want %q", m.Data(), want)
+				}
+			}
+		})
+	})
+	t.Run("fence empties them", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newGateHarness(t, 4)
+			w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
+			s.hand.in <- testPage(w1, 0, "a", "b")
+			s.hand.in <- testPage(w2, 0, "x")
+			synctest.Wait()
+			w1.gate.Add(1)
+			if err := s.fenceDispatch(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if m := <-s.out; string(m.Data()) != "x" {
+				t.Fatalf("got %q, want x", m.Data())
+			}
+			if n := w1.handedOut.Load(); n != 0 {
+				t.Fatalf("shard-1 handed out = %d, want 0", n)
+			}
+		})
+	})
+}
+
+// TestSeekFencesUnderLoad: fencers seek two shards at random while pages keep arriving and a
+// consumer receives everything. Per shard, records arrive in order, nothing repeats, nothing is
+// skipped but stale records, and no record fetched before a fence returned is received after it.
+func TestSeekFencesUnderLoad(t *testing.T) {
+	for _, buffer := range []int{0, 8, messagesBuffer} {
+		t.Run("buffer="+strconv.Itoa(buffer), func(t *testing.T) { testSeekFencesUnderLoad(t, buffer) })
+	}
+}
+
+func testSeekFencesUnderLoad(t *testing.T, buffer int) {
+	const pages, perPage = 200, 25
+	s := newGateHarness(t, buffer)
+	ws := []*worker{{id: "shard-0"}, {id: "shard-1"}}
+	var fenced [2]atomic.Uint64 // per shard: the generation every fence returned so far made current
+	var gensMu sync.Mutex
+	var gens [2][pages/2 + 1]uint64 // per shard and page: the generation it was fetched in
+	queue := func(i, page int, payloads ...string) {
+		gen := ws[i].gate.Load()
+		gensMu.Lock()
+		gens[i][page] = gen
+		gensMu.Unlock()
+		s.hand.in <- testPage(ws[i], gen, payloads...)
+	}
+	done := make(chan struct{})
+	go func() { // owned by the test: it ends once every page is queued
+		defer close(done)
+		for p := range pages {
+			payloads := make([]string, perPage)
+			for i := range payloads {
+				payloads[i] = strconv.Itoa(p/2*perPage + i)
+			}
+			queue(p%2, p/2, payloads...)
+		}
+	}()
+	stop := make(chan struct{})
+	var fencers sync.WaitGroup
+	for f := range 2 {
+		fencers.Add(1)
+		go func() { // owned by the test, which stops and waits for it
+			defer fencers.Done()
+			rng := rand.New(rand.NewPCG(uint64(f), 7))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := rng.IntN(2)
+				gen := ws[i].bump()
+				if err := s.fenceDispatch(context.Background()); err != nil {
+					t.Error(err)
+					return
+				}
+				for { // raise fenced[i] to gen, never lower it
+					old := fenced[i].Load()
+					if old >= gen || fenced[i].CompareAndSwap(old, gen) {
+						break
+					}
+				}
+				runtime.Gosched()
+			}
+		}()
+	}
+	stopFencers := sync.OnceFunc(func() {
+		close(stop)
+		fencers.Wait()
+	})
+	defer stopFencers()
+	// Once every page is queued and the fencers have stopped, one last record per shard, of its
+	// current generation, marks the end: nothing can make it stale any more.
+	const last = pages / 2 * perPage
+	var sentinels sync.WaitGroup
+	defer sentinels.Wait()
+	prev := [2]int{-1, -1}
+	ended := 0
+	for ended < 2 {
+		before := [2]uint64{fenced[0].Load(), fenced[1].Load()}
+		var m *Message
+		select {
+		case m = <-s.out:
+		case <-done:
+			done = nil
+			stopFencers()
+			sentinels.Go(func() { // owned by the test, which waits for it
+				for i := range ws {
+					queue(i, pages/2, strconv.Itoa(last))
+				}
+			})
+			continue
+		case <-time.After(time.Minute):
+			t.Fatal("nothing delivered for a minute")
+		}
+		i := 0
+		if m.pg.shard == ws[1] {
+			i = 1
+		}
+		if m.pg.gen < before[i] {
+			t.Fatalf("shard-%d: record of generation %d received after a fence to %d returned", i, m.pg.gen, before[i])
+		}
+		n, _ := strconv.Atoi(string(m.Data()))
+		if n <= prev[i] {
+			t.Fatalf("shard-%d: record %d after %d", i, n, prev[i])
+		}
+		// A record skipped was stale: its shard has been sought since it was fetched. (Records of
+		// a stale generation that the consumer receives while the fence empties the buffer may
+		// have gaps; they were delivered before the fence returned.)
+		gensMu.Lock()
+		gate := ws[i].gate.Load()
+		for k := prev[i] + 1; k < n; k++ {
+			if g := gens[i][k/perPage]; g >= gate {
+				gensMu.Unlock()
+				t.Fatalf("shard-%d: record %d of the current generation %d lost before %d", i, k, g, n)
+			}
+		}
+		gensMu.Unlock()
+		prev[i] = n
+		if n == last {
+			ended++
+		}
 	}
 }
 

@@ -243,9 +243,9 @@ func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n 
 func WithMaxInFlightBytes(n int) Option { return func(c *config) { c.maxInFlightBytes = n } }
 
 // WithBufferPages sets how many fetched pages (one GetRecords response each) wait, across all
-// shards, between the readers and Messages, overriding the default 4. Readers hand over whole
-// pages, so delivery costs one hand-off per record; memory stays bounded by WithMaxInFlight,
-// which counts buffered records too. Range 0 to 10000.
+// shards, between the readers and the consumer, overriding the default 4. Readers hand over
+// whole pages, not records; memory stays bounded by WithMaxInFlight, which counts buffered
+// records too. Range 0 to 10000.
 func WithBufferPages(n int) Option { return func(c *config) { c.bufferPages = n } }
 
 // WithRequestTimeout sets the deadline of each call to Kinesis and to the lease store,
