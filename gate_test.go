@@ -242,16 +242,21 @@ func TestFenceLeavesOtherShardsBuffered(t *testing.T) {
 // otherwise empty one of them without taking the other's out of turn): the next shard's wait
 // until the consumer has taken the first's, and a fence meanwhile finds only stale ones.
 func TestBufferHoldsOneShard(t *testing.T) {
+	// Two pages of two shards, with room for both in the buffer: only the first shard's is there.
+	twoShards := func(t *testing.T) (*Subscriber, *worker) {
+		s := newGateHarness(t, 4)
+		w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
+		s.hand.in <- testPage(w1, 0, "a", "b")
+		s.hand.in <- testPage(w2, 0, "x")
+		synctest.Wait()
+		if n := len(s.out); n != 2 {
+			t.Fatalf("buffered %d deliveries, want shard-1's 2", n)
+		}
+		return s, w1
+	}
 	t.Run("consumer takes them", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			s := newGateHarness(t, 4)
-			w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
-			s.hand.in <- testPage(w1, 0, "a", "b")
-			s.hand.in <- testPage(w2, 0, "x")
-			synctest.Wait()
-			if n := len(s.out); n != 2 {
-				t.Fatalf("buffered %d deliveries, want shard-1's 2", n)
-			}
+			s, _ := twoShards(t)
 			for _, want := range []string{"a", "b", "x"} {
 				if m := <-s.out; string(m.Data()) != want {
 					t.Fatalf("got %q, want %q", m.Data(), want)
@@ -261,11 +266,7 @@ func TestBufferHoldsOneShard(t *testing.T) {
 	})
 	t.Run("fence empties them", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			s := newGateHarness(t, 4)
-			w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
-			s.hand.in <- testPage(w1, 0, "a", "b")
-			s.hand.in <- testPage(w2, 0, "x")
-			synctest.Wait()
+			s, w1 := twoShards(t)
 			w1.gate.Add(1)
 			if err := s.fenceDispatch(context.Background()); err != nil {
 				t.Fatal(err)

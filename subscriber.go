@@ -35,10 +35,10 @@ type Subscriber struct {
 	metrics *metrics // OpenTelemetry instruments (metrics.go)
 
 	hand  *handoff       // readers → consumer
-	out   chan *Message  // dispatcher → consumer (Messages)
+	out   chan *Message  // dispatcher → consumer (Messages), messagesBuffer deliveries of one shard
 	fence chan *fenceReq // seekers and Close re-check the dispatcher's held delivery (dispatch.go)
-	// fenceSem: one fencer at a time; fencing: a fencer is at work, and the dispatcher, once its
-	// send to the consumer is done, must wait for its request.
+	// fenceSem: one fencer at a time; fencing: a fencer is at work, and the dispatcher, which
+	// looks at the flag between two sends, must wait for its request.
 	fenceSem chan struct{}
 	fencing  atomic.Bool
 
