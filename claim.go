@@ -138,7 +138,7 @@ func (s *Subscriber) take(ctx context.Context, id string, stolen bool, write fun
 	cancel()
 	if err != nil {
 		s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpReadLease, Err: err})
-		s.releaseKey(id)
+		s.dropTaken(id, stolen)
 		return false
 	}
 	if l.Owner != s.cfg.owner {
@@ -153,6 +153,17 @@ func (s *Subscriber) take(ctx context.Context, id string, stolen bool, write fun
 	}
 	w := s.startWorker(id, l, acquired, stolen)
 	return w
+}
+
+// dropTaken gives up a lease just taken without reading its shard. A stolen one is left to
+// expire rather than released: its previous owner may still be reading, and a peer taking a
+// released lease reads at once.
+func (s *Subscriber) dropTaken(id string, stolen bool) {
+	if stolen {
+		s.log.Info("stolen lease left to expire", logShard, id, "ttl", s.cfg.leaseTTL)
+		return
+	}
+	s.releaseKey(id)
 }
 
 func (s *Subscriber) releaseKey(id string) {

@@ -161,3 +161,59 @@ func TestCloseKeepsShardBeingStolen(t *testing.T) {
 		}
 	})
 }
+
+// blockedSteal holds the first steal until the test lets it go, as a store that applied the
+// write but answered late.
+type blockedSteal struct {
+	*stealClock
+	once     sync.Once
+	stealing chan struct{} // closed when the first steal arrives
+	proceed  chan struct{} // closed by the test to let it answer
+}
+
+func (b *blockedSteal) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	first := false
+	b.once.Do(func() { first = true })
+	if first {
+		close(b.stealing)
+		<-b.proceed
+		return b.stealClock.Steal(context.WithoutCancel(ctx), key, owner, counter, ttl)
+	}
+	return b.stealClock.Steal(ctx, key, owner, counter, ttl)
+}
+
+// TestStealAnsweredDuringClose: a steal whose answer arrives once Close has begun does not
+// start the shard, and the lease is left to expire rather than released: its previous owner
+// may still be reading it.
+func TestStealAnsweredDuringClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name, ttl = "stealclose", time.Second
+		ctx := context.Background()
+		clock := &stealClock{Store: lease.NewMemory(), owner: "a", ttl: ttl, stole: map[string]time.Time{}}
+		store := &blockedSteal{stealClock: clock, stealing: make(chan struct{}), proceed: make(chan struct{})}
+		f := newFakeStream(name, 2)
+		for _, sh := range f.shards {
+			ok, err := store.Acquire(ctx, name+"/"+sh.id, "ghost", time.Hour)
+			require.NoError(t, err)
+			require.True(t, ok)
+		}
+		a, err := subscribe(ctx, f, name, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
+			WithBalanceInterval(20*time.Millisecond))...)
+		require.NoError(t, err)
+		<-store.stealing
+		closed := make(chan error, 1)
+		go func() { closed <- a.Close(ctx) }() // owned by the test, which waits for it
+		synctest.Wait()                        // Close has gone as far as it can while the steal is unanswered
+		close(store.proceed)
+		require.NoError(t, <-closed)
+		clock.mu.Lock()
+		defer clock.mu.Unlock()
+		require.NotEmpty(t, clock.stole, "the steal went through")
+		require.Empty(t, clock.early, "a stolen lease was released before its previous owner had stopped")
+		for key := range clock.stole {
+			l, err := clock.Read(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, "a", l.Owner, "left to expire")
+		}
+	})
+}

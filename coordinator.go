@@ -245,7 +245,7 @@ func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, s
 	s.mu.Lock()
 	if s.closed || s.workers[id] != nil {
 		s.mu.Unlock()
-		s.releaseKey(id)
+		s.dropTaken(id, stolen)
 		return false
 	}
 	w := newWorker(s, id, acquired)
