@@ -143,18 +143,22 @@ func (s *Subscriber) dispatch() {
 
 // awaitTaken waits until the consumer has taken everything in out, answering fences meanwhile,
 // and reports whether one stopped the dispatcher. Nothing signals a channel running empty, so
-// it looks: a few yields first (the consumer is often about to receive), then sleeps of a
-// sixteenth of the time waited so far, so that a slow consumer loses at most about that share
-// of its time and a stuck one costs a few wake-ups a second.
+// it looks: yields for up to 50µs first (the consumer is often about to receive, and a timer
+// shorter than a millisecond may sleep a whole one), then sleeps of a sixteenth of the time
+// waited so far, so that a slow consumer loses at most about that share of its time and a
+// stuck one costs a few wake-ups a second.
 func (d *dispatcher) awaitTaken() bool {
 	s := d.s
-	for range 4 {
+	start := time.Now()
+	for range 64 {
 		if len(s.out) == 0 {
 			return false
 		}
+		if time.Since(start) > 50*time.Microsecond {
+			break
+		}
 		runtime.Gosched()
 	}
-	start := time.Now()
 	for len(s.out) > 0 {
 		d.timer.Reset(min(max(time.Since(start)/16, 20*time.Microsecond), 50*time.Millisecond))
 		select {
