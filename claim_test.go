@@ -93,6 +93,18 @@ func (c *stealClock) Release(ctx context.Context, key, owner string) error {
 	return c.Store.Release(ctx, key, owner)
 }
 
+// ghostStream is a fake stream of n shards whose leases an owner with no heartbeat ("ghost")
+// holds, for an hour: a subscriber steals them at once.
+func ghostStream(t *testing.T, store lease.Store, name string, n int) *fakeStream {
+	f := newFakeStream(name, n)
+	for _, sh := range f.shards {
+		ok, err := store.Acquire(context.Background(), name+"/"+sh.id, "ghost", time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	return f
+}
+
 // TestHandBackSkipsShardBeingStolen: a subscriber over its share never hands back a lease it
 // is still waiting to read after stealing it. Released before stealWait, the lease would be
 // taken by a peer that reads at once, while the owner it was stolen from may still read it. A
@@ -103,12 +115,7 @@ func TestHandBackSkipsShardBeingStolen(t *testing.T) {
 		const name, ttl = "handback", time.Second
 		ctx := context.Background()
 		store := &stealClock{Store: lease.NewMemory(), owner: "a", ttl: ttl, stole: map[string]time.Time{}}
-		f := newFakeStream(name, 6)
-		for _, sh := range f.shards {
-			ok, err := store.Acquire(ctx, name+"/"+sh.id, "ghost", time.Hour)
-			require.NoError(t, err)
-			require.True(t, ok)
-		}
+		f := ghostStream(t, store, name, 6)
 		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
 			WithBalanceInterval(20*time.Millisecond))...)
 		eventually(t, 5*time.Second, "three stolen", func() bool {
@@ -136,12 +143,7 @@ func TestCloseKeepsShardBeingStolen(t *testing.T) {
 		const name, ttl = "closesteal", time.Second
 		ctx := context.Background()
 		store := &stealClock{Store: lease.NewMemory(), owner: "a", ttl: ttl, stole: map[string]time.Time{}}
-		f := newFakeStream(name, 2)
-		for _, sh := range f.shards {
-			ok, err := store.Acquire(ctx, name+"/"+sh.id, "ghost", time.Hour)
-			require.NoError(t, err)
-			require.True(t, ok)
-		}
+		f := ghostStream(t, store, name, 2)
 		a, err := subscribe(ctx, f, name, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
 			WithBalanceInterval(20*time.Millisecond))...)
 		require.NoError(t, err)
@@ -191,12 +193,7 @@ func TestStealAnsweredDuringClose(t *testing.T) {
 		ctx := context.Background()
 		clock := &stealClock{Store: lease.NewMemory(), owner: "a", ttl: ttl, stole: map[string]time.Time{}}
 		store := &blockedSteal{stealClock: clock, stealing: make(chan struct{}), proceed: make(chan struct{})}
-		f := newFakeStream(name, 2)
-		for _, sh := range f.shards {
-			ok, err := store.Acquire(ctx, name+"/"+sh.id, "ghost", time.Hour)
-			require.NoError(t, err)
-			require.True(t, ok)
-		}
+		f := ghostStream(t, store, name, 2)
 		a, err := subscribe(ctx, f, name, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
 			WithBalanceInterval(20*time.Millisecond))...)
 		require.NoError(t, err)
