@@ -260,16 +260,7 @@ func TestFanOutFaults(t *testing.T) {
 	s, _ := newFanOutStream(t, 2, kinesistest.WithFaults(plan), kinesistest.WithSubscriptionLifetime(100*time.Millisecond))
 	var calls atomic.Int64
 	sub := subscribeT(t, s, fanOutOpts(lease.NewMemory(), WithInitialPosition(Horizon()), withSubscribeCounter(s.c, &calls))...)
-	var oc orderChecker
-	seen := map[string]bool{}
-	for range 5 {
-		s.publish(60, 6)
-		for _, m := range recv(t, sub, 60, true) {
-			require.False(t, seen[string(m.Data())], "%s delivered twice", m.Data())
-			seen[string(m.Data())] = true
-			oc.see(t, m)
-		}
-	}
+	receiveOnce(t, s, sub, 5, 60, 6)
 	none(t, sub)
 	t.Logf("%d SubscribeToShard calls", calls.Load())
 }

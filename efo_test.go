@@ -21,6 +21,23 @@ import (
 // Enhanced fan-out is tested against kinesistest (kinesalite has no SubscribeToShard), one
 // server per test, with short subscription lifetimes and idle-event intervals.
 
+// receiveOnce publishes rounds of n records over keys partition keys and receives each round,
+// acking it: every record must arrive exactly once and in order. It returns the payloads seen.
+func receiveOnce(t *testing.T, s *stream, sub *Subscriber, rounds, n, keys int) map[string]bool {
+	t.Helper()
+	var oc orderChecker
+	seen := map[string]bool{}
+	for range rounds {
+		s.publish(n, keys)
+		for _, m := range recv(t, sub, n, true) {
+			require.False(t, seen[string(m.Data())], "%s delivered twice", m.Data())
+			seen[string(m.Data())] = true
+			oc.see(t, m)
+		}
+	}
+	return seen
+}
+
 // newFanOutStream starts a kinesistest server with opts and creates a stream of shards on it.
 func newFanOutStream(t *testing.T, shards int32, opts ...kinesistest.Option) (*stream, *kinesistest.Server) {
 	t.Helper()

@@ -362,9 +362,12 @@ func waitSubscriptions(t *testing.T, srv *kinesistest.Server, n int) {
 // kinesistest's own: the service's failures mid-stream cannot be provoked.
 func testSubscribeFaults(t *testing.T, b Backend) {
 	shard := "shardId-000000000000"
-	t.Run("StreamError", func(t *testing.T) {
+	// faulted starts a server with the fault, puts record "a" on a one-shard stream and
+	// subscribes from its start; the first event must carry "a".
+	faulted := func(t *testing.T, kind kinesistest.FaultKind, after int) (*kinesistest.Server, *kinesis.Client, string, *kinesis.SubscribeToShardEventStream) {
+		t.Helper()
 		srv := b.Server(t, kinesistest.WithFaults(&kinesistest.FaultPlan{Faults: []kinesistest.Fault{
-			{Op: "SubscribeToShard", Kind: kinesistest.StreamError, Probability: 1, AfterEvents: 2},
+			{Op: "SubscribeToShard", Kind: kind, Probability: 1, AfterEvents: after},
 		}}))
 		c := srv.Client()
 		name := newStream(t, c, 1)
@@ -374,6 +377,10 @@ func testSubscribeFaults(t *testing.T, b Backend) {
 		if got, _ := collect(t, es, 1); !slices.Equal(got, []string{"data-a"}) {
 			t.Fatalf("first event %v, want [data-a]", got)
 		}
+		return srv, c, name, es
+	}
+	t.Run("StreamError", func(t *testing.T) {
+		srv, c, name, es := faulted(t, kinesistest.StreamError, 2)
 		if n := srv.Subscriptions(); n != 1 {
 			t.Fatalf("Subscriptions() = %d with one live, want 1", n)
 		}
@@ -389,17 +396,7 @@ func testSubscribeFaults(t *testing.T, b Backend) {
 		waitSubscriptions(t, srv, 0)
 	})
 	t.Run("ResetStream", func(t *testing.T) {
-		srv := b.Server(t, kinesistest.WithFaults(&kinesistest.FaultPlan{Faults: []kinesistest.Fault{
-			{Op: "SubscribeToShard", Kind: kinesistest.ResetStream, Probability: 1, AfterEvents: 1},
-		}}))
-		c := srv.Client()
-		name := newStream(t, c, 1)
-		_, consumer := register(t, c, name, "app")
-		putRecords(t, c, name, "a")
-		es := subscribe(t, srv, consumer, shard, types.StartingPosition{Type: types.ShardIteratorTypeTrimHorizon})
-		if got, _ := collect(t, es, 1); !slices.Equal(got, []string{"data-a"}) {
-			t.Fatalf("first event %v, want [data-a]", got)
-		}
+		srv, c, name, es := faulted(t, kinesistest.ResetStream, 1)
 		putRecords(t, c, name, "b")
 		var failure *types.InternalFailureException
 		if err := nextErr(t, es); errors.As(err, &failure) {
