@@ -1,0 +1,562 @@
+package kinesub
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// Decoding a GetRecords answer is most of a consumer's CPU: the SDK's generic decoder walks
+// every record's fields through its schema, allocates each string, payload and timestamp on
+// its own and parses each timestamp with math/big. recordsProtocol decodes the successful
+// JSON answers of GetRecords itself, into the same GetRecordsOutput: strings and small
+// payloads are copied into shared blocks of a few KiB (as the SDK's own string arena does, so
+// that a record kept alive keeps a block, never a page), and pointer fields point into one
+// slice each per page. Everything else (errors, other operations, other protocols, an answer
+// it does not understand) goes to the SDK's protocol, so the result and the errors are the
+// SDK's in every case; a test decodes generated answers both ways and compares them.
+
+// awsJSON11 is the protocol of the Kinesis client: the only one recordsProtocol decodes.
+var awsJSON11 = smithy.ShapeID{Namespace: "aws.protocols", Name: "awsJson1_1"}
+
+// fastRecords is the GetRecords call option that installs recordsProtocol.
+func fastRecords(o *kinesis.Options) {
+	if o.Protocol == nil || o.Protocol.ID() != awsJSON11 {
+		return
+	}
+	if _, ok := o.Protocol.(recordsProtocol); !ok {
+		o.Protocol = recordsProtocol{o.Protocol}
+	}
+}
+
+// recordsProtocol is the client's protocol with GetRecords answers decoded by decodeRecords.
+type recordsProtocol struct{ smithyhttp.ClientProtocol }
+
+func (p recordsProtocol) DeserializeResponse(ctx context.Context, schema *smithy.OperationSchema, reg *smithy.TypeRegistry, resp *smithyhttp.Response, out smithy.Deserializable) error {
+	o, ok := out.(*kinesis.GetRecordsOutput)
+	if !ok || resp.StatusCode < 200 || resp.StatusCode >= 300 || resp.Body == nil {
+		return p.ClientProtocol.DeserializeResponse(ctx, schema, reg, resp, out)
+	}
+	buf := bodies.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBody {
+			buf.Reset()
+			bodies.Put(buf)
+		}
+	}()
+	buf.Reset()
+	if resp.ContentLength > 0 && resp.ContentLength < maxResponseBytes*2 {
+		buf.Grow(int(resp.ContentLength) + 1) // +1: ReadFrom stops without growing at EOF
+	}
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
+		return &smithy.DeserializationError{Err: err}
+	}
+	if buf.Len() == 0 {
+		return nil
+	}
+	if err := decodeRecords(buf.Bytes(), o); err != nil {
+		// Not an answer this decoder knows: the SDK's decoder says what it makes of it.
+		*o = kinesis.GetRecordsOutput{}
+		r := *resp.Response
+		r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+		return p.ClientProtocol.DeserializeResponse(ctx, schema, reg, &smithyhttp.Response{Response: &r}, out)
+	}
+	return nil
+}
+
+// maxPooledBody bounds the answer buffers kept for reuse: a full page of small records.
+const maxPooledBody = 4 << 20
+
+var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// errNotRecords is what decodeRecords returns for input it leaves to the SDK.
+var errNotRecords = errors.New("not a GetRecords answer this decoder reads")
+
+// recordsDecoder holds one answer's decoding state.
+type recordsDecoder struct {
+	b   []byte
+	i   int
+	str arena // strings: sequence numbers, partition keys, iterators, shard ids
+	dat arena // small payloads
+}
+
+// decodeRecords decodes a GetRecords answer's JSON body into o, as the SDK would.
+func decodeRecords(body []byte, o *kinesis.GetRecordsOutput) error {
+	d := &recordsDecoder{b: body}
+	if err := d.object(func(key []byte) error {
+		switch string(key) {
+		case "Records":
+			return d.records(o)
+		case "NextShardIterator":
+			return d.optString(&o.NextShardIterator)
+		case "MillisBehindLatest":
+			return d.optInt64(&o.MillisBehindLatest)
+		case "ChildShards":
+			return d.childShards(o)
+		}
+		return d.skip()
+	}); err != nil {
+		return err
+	}
+	if d.ws(); d.i != len(d.b) {
+		return errNotRecords
+	}
+	return nil
+}
+
+// records decodes the Records array. Pointer fields point into one slice per field, filled
+// once the array is read (appending would move them).
+func (d *recordsDecoder) records(o *kinesis.GetRecordsOutput) error {
+	if d.null() {
+		return nil
+	}
+	const (
+		hasSeq = 1 << iota
+		hasKey
+		hasTime
+	)
+	recs := make([]types.Record, 0, 64)
+	var seqs, keys []string
+	var times []time.Time
+	var has []uint8
+	err := d.array(func() error {
+		var rec types.Record
+		var seq, key string
+		var at time.Time
+		var h uint8
+		err := d.object(func(key2 []byte) error {
+			switch string(key2) {
+			case "SequenceNumber":
+				ok, err := d.stringInto(&seq)
+				if ok {
+					h |= hasSeq
+				}
+				return err
+			case "PartitionKey":
+				ok, err := d.stringInto(&key)
+				if ok {
+					h |= hasKey
+				}
+				return err
+			case "ApproximateArrivalTimestamp":
+				ok, err := d.timestamp(&at)
+				if ok {
+					h |= hasTime
+				}
+				return err
+			case "Data":
+				return d.data(&rec.Data)
+			case "EncryptionType":
+				var s string
+				_, err := d.stringInto(&s)
+				rec.EncryptionType = types.EncryptionType(s)
+				return err
+			}
+			return d.skip()
+		})
+		if err != nil {
+			return err
+		}
+		recs, seqs, keys, times, has = append(recs, rec), append(seqs, seq), append(keys, key), append(times, at), append(has, h)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range recs {
+		if has[i]&hasSeq != 0 {
+			recs[i].SequenceNumber = &seqs[i]
+		}
+		if has[i]&hasKey != 0 {
+			recs[i].PartitionKey = &keys[i]
+		}
+		if has[i]&hasTime != 0 {
+			recs[i].ApproximateArrivalTimestamp = &times[i]
+		}
+	}
+	o.Records = recs
+	return nil
+}
+
+// childShards decodes the ChildShards array (at a shard's end; rare, so plainly).
+func (d *recordsDecoder) childShards(o *kinesis.GetRecordsOutput) error {
+	if d.null() {
+		return nil
+	}
+	o.ChildShards = []types.ChildShard{}
+	return d.array(func() error {
+		var c types.ChildShard
+		err := d.object(func(key []byte) error {
+			switch string(key) {
+			case "ShardId":
+				return d.optString(&c.ShardId)
+			case "ParentShards":
+				if d.null() {
+					return nil
+				}
+				c.ParentShards = []string{}
+				return d.array(func() error {
+					var s string
+					if _, err := d.stringInto(&s); err != nil {
+						return err
+					}
+					c.ParentShards = append(c.ParentShards, s)
+					return nil
+				})
+			case "HashKeyRange":
+				if d.null() {
+					return nil
+				}
+				c.HashKeyRange = &types.HashKeyRange{}
+				return d.object(func(key []byte) error {
+					switch string(key) {
+					case "StartingHashKey":
+						return d.optString(&c.HashKeyRange.StartingHashKey)
+					case "EndingHashKey":
+						return d.optString(&c.HashKeyRange.EndingHashKey)
+					}
+					return d.skip()
+				})
+			}
+			return d.skip()
+		})
+		o.ChildShards = append(o.ChildShards, c)
+		return err
+	})
+}
+
+// ---- JSON scanning ----
+
+func (d *recordsDecoder) ws() {
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case ' ', '\t', '\n', '\r':
+			d.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek skips white space and returns the next byte, or 0 at the end.
+func (d *recordsDecoder) peek() byte {
+	d.ws()
+	if d.i < len(d.b) {
+		return d.b[d.i]
+	}
+	return 0
+}
+
+func (d *recordsDecoder) expect(c byte) error {
+	if d.peek() != c {
+		return errNotRecords
+	}
+	d.i++
+	return nil
+}
+
+// null consumes a null and reports whether there was one.
+func (d *recordsDecoder) null() bool {
+	if d.peek() == 'n' && bytes.HasPrefix(d.b[d.i:], []byte("null")) {
+		d.i += 4
+		return true
+	}
+	return false
+}
+
+// object reads an object, calling member with each key (valid until the next read) to read
+// its value.
+func (d *recordsDecoder) object(member func(key []byte) error) error {
+	if err := d.expect('{'); err != nil {
+		return err
+	}
+	if d.peek() == '}' {
+		d.i++
+		return nil
+	}
+	for {
+		key, escaped, err := d.rawString()
+		if err != nil || escaped {
+			return errNotRecords // no member name this decoder reads is escaped
+		}
+		if err := d.expect(':'); err != nil {
+			return err
+		}
+		if err := member(key); err != nil {
+			return err
+		}
+		switch d.peek() {
+		case ',':
+			d.i++
+		case '}':
+			d.i++
+			return nil
+		default:
+			return errNotRecords
+		}
+	}
+}
+
+// array reads an array, calling elem to read each element.
+func (d *recordsDecoder) array(elem func() error) error {
+	if err := d.expect('['); err != nil {
+		return err
+	}
+	if d.peek() == ']' {
+		d.i++
+		return nil
+	}
+	for {
+		if err := elem(); err != nil {
+			return err
+		}
+		switch d.peek() {
+		case ',':
+			d.i++
+		case ']':
+			d.i++
+			return nil
+		default:
+			return errNotRecords
+		}
+	}
+}
+
+// rawString reads a string and returns its bytes between the quotes, and whether they hold
+// an escape.
+func (d *recordsDecoder) rawString() (raw []byte, escaped bool, err error) {
+	if err := d.expect('"'); err != nil {
+		return nil, false, err
+	}
+	start := d.i
+	q := bytes.IndexByte(d.b[start:], '"')
+	if q < 0 {
+		return nil, false, errNotRecords
+	}
+	raw = d.b[start : start+q]
+	if bytes.IndexByte(raw, '\\') >= 0 {
+		return d.escapedString(start)
+	}
+	if hasControl(raw) {
+		return nil, false, errNotRecords // not JSON: the SDK's decoder says what it makes of it
+	}
+	d.i = start + q + 1
+	return raw, false, nil
+}
+
+// escapedString reads the rest of a string with an escape, from start, after its quote.
+func (d *recordsDecoder) escapedString(start int) ([]byte, bool, error) {
+	for d.i = start; d.i < len(d.b); d.i++ {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			d.i++
+			return d.b[start : d.i-1], true, nil
+		case c == '\\':
+			d.i++
+		case c < 0x20:
+			return nil, false, errNotRecords
+		}
+	}
+	return nil, false, errNotRecords
+}
+
+// hasControl reports whether b holds a byte below 0x20, eight bytes at a time.
+func hasControl(b []byte) bool {
+	const highs, below = 0x8080808080808080, 0x20 * 0x0101010101010101
+	for ; len(b) >= 8; b = b[8:] {
+		x := binary.LittleEndian.Uint64(b)
+		if (x-below)&^x&highs != 0 {
+			return true
+		}
+	}
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
+}
+
+// stringInto reads a string or null into s, and reports whether it was a string.
+func (d *recordsDecoder) stringInto(s *string) (bool, error) {
+	if d.null() {
+		return false, nil
+	}
+	start := d.i
+	raw, escaped, err := d.rawString()
+	if err != nil {
+		return false, err
+	}
+	if escaped {
+		// As the SDK's decoder does: text with an escape decodes as encoding/json does it
+		// (invalid UTF-8 becomes U+FFFD); text without one is taken byte for byte.
+		return true, json.Unmarshal(d.b[start:d.i], s)
+	}
+	*s = d.str.string(raw)
+	return true, nil
+}
+
+func (d *recordsDecoder) optString(p **string) error {
+	var s string
+	ok, err := d.stringInto(&s)
+	if ok {
+		*p = &s
+	}
+	return err
+}
+
+// number returns the bytes of a number.
+func (d *recordsDecoder) number() ([]byte, error) {
+	d.ws()
+	start := d.i
+	for d.i < len(d.b) {
+		switch c := d.b[d.i]; {
+		case c >= '0' && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
+			d.i++
+			continue
+		}
+		break
+	}
+	if d.i == start {
+		return nil, errNotRecords
+	}
+	return d.b[start:d.i], nil
+}
+
+func (d *recordsDecoder) optInt64(p **int64) error {
+	if d.null() {
+		return nil
+	}
+	num, err := d.number()
+	if err != nil {
+		return err
+	}
+	v, err := strconv.ParseInt(string(num), 10, 64)
+	if err != nil {
+		return errNotRecords
+	}
+	*p = aws.Int64(v)
+	return nil
+}
+
+// timestamp reads epoch seconds (or null) into t, as smithy-go's ParseEpochSeconds does: the
+// float64 times 1,000, truncated to whole milliseconds.
+func (d *recordsDecoder) timestamp(t *time.Time) (bool, error) {
+	if d.null() {
+		return false, nil
+	}
+	num, err := d.number()
+	if err != nil {
+		return false, err
+	}
+	v, err := strconv.ParseFloat(string(num), 64)
+	if err != nil || math.IsInf(v, 0) || math.Abs(v) > 1<<52/1000 {
+		return false, errNotRecords
+	}
+	// math/big at a float64's precision, as the SDK multiplies, rounds as float64 does.
+	ms := math.Trunc(v * 1000)
+	*t = time.Unix(0, int64(ms)*1e6).UTC()
+	return true, nil
+}
+
+// data reads a base64 payload (or null) into p.
+func (d *recordsDecoder) data(p *[]byte) error {
+	if d.null() {
+		return nil
+	}
+	raw, escaped, err := d.rawString()
+	if err != nil {
+		return err
+	}
+	if escaped {
+		return errNotRecords // base64 has no escapes; the SDK says what it makes of one
+	}
+	if len(raw) == 0 {
+		*p = []byte{} // as the SDK's decoder: empty, not nil
+		return nil
+	}
+	dst := d.dat.bytes(base64.StdEncoding.DecodedLen(len(raw)))
+	n, err := base64.StdEncoding.Decode(dst, raw)
+	if err != nil {
+		return errNotRecords
+	}
+	*p = dst[:n:n]
+	return nil
+}
+
+// skip reads and drops any value.
+func (d *recordsDecoder) skip() error {
+	switch d.peek() {
+	case '{':
+		return d.object(func([]byte) error { return d.skip() })
+	case '[':
+		return d.array(d.skip)
+	case '"':
+		_, _, err := d.rawString()
+		return err
+	case 't':
+		return d.word("true")
+	case 'f':
+		return d.word("false")
+	case 'n':
+		return d.word("null")
+	}
+	_, err := d.number()
+	return err
+}
+
+func (d *recordsDecoder) word(w string) error {
+	if !bytes.HasPrefix(d.b[d.i:], []byte(w)) {
+		return errNotRecords
+	}
+	d.i += len(w)
+	return nil
+}
+
+// arena hands out pieces of shared blocks, so that a page's many small strings and payloads
+// cost a few allocations instead of one each. A block is never written again once a piece of
+// it is handed out, so strings made from it stay immutable.
+type arena struct{ block []byte }
+
+const (
+	arenaBlock = 8 << 10 // bytes in a block: what a record kept alive can keep alive with it
+	arenaPiece = 1 << 10 // pieces larger than this get their own allocation
+)
+
+// bytes returns n bytes of a block, with no room to append into the next piece.
+func (a *arena) bytes(n int) []byte {
+	if n > arenaPiece {
+		return make([]byte, n)
+	}
+	if n > cap(a.block)-len(a.block) {
+		a.block = make([]byte, 0, arenaBlock)
+	}
+	start := len(a.block)
+	a.block = a.block[:start+n]
+	return a.block[start : start+n : start+n]
+}
+
+// string returns a string with b's bytes.
+func (a *arena) string(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	p := a.bytes(len(b))
+	copy(p, b)
+	return unsafe.String(&p[0], len(p))
+}
