@@ -53,11 +53,7 @@ func endToEndFigures() error {
 	_, _ = rand.Read(b[:])
 	stream := "kinesub-bench-" + hex.EncodeToString(b[:])
 	shards, err := createStream(ctx, client, stream, int32(*shardCount))
-	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_, _ = client.DeleteStream(dctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream), EnforceConsumerDeletion: aws.Bool(true)})
-	}()
+	defer deleteStream(client, stream)
 	if err != nil {
 		return err
 	}
@@ -75,20 +71,71 @@ func endToEndFigures() error {
 		}
 		defer profile.Close()
 	}
-	styles := []string{"messages", "all", "batches"}
-	var raws, peers []pass
-	subs := map[string][]pass{}
+	rs, err := runRounds(ctx, client, stream, shards, true, profile, nil, pollEvery)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%d rounds, passes alternating in each (raw, kinesub Messages(), All, Batches, harlow), medians.\n", *pairs)
+	fmt.Printf("kinesub: WithStartAt(Horizon()), WithBatchSize(10000), poll %v, fresh lease.Memory, ack each record (Batches: one Ack a batch);\n", pollEvery)
+	fmt.Printf("raw: one goroutine per shard, TRIM_HORIZON, Limit 10000; harlow: github.com/harlow/kinesis-consumer %s, Scan, TRIM_HORIZON,\n", harlowVersion)
+	fmt.Printf("max records 10000, scan interval %v, its memory checkpoint store (a checkpoint a record)\n", pollEvery)
+	rs.report(true)
+	var writes []float64
+	for _, s := range rs.subs["messages"] {
+		writes = append(writes, float64(s.final)*10000/float64(s.records))
+	}
+	subsMsgs := rs.subs["messages"]
+
+	every, err := kinesubPass(ctx, client, stream, *records, 0, "messages")
+	if err != nil {
+		return fmt.Errorf("every-advance pass: %w", err)
+	}
+	fmt.Printf("  checkpoint writes per 10,000 acks: coalesced (5s) %.2f, every advance %.0f (coalesced ÷ every advance %.1e); every-advance pass %0.f records/s, %.0f ns CPU/record (÷ coalesced: %.2f, %.2f)\n",
+		median(writes), float64(every.final)*10000/float64(every.records), median(writes)/(float64(every.final)*10000/float64(every.records)),
+		every.rate(), every.cpuPerRecord(), every.rate()/medianOf(subsMsgs, pass.rate), every.cpuPerRecord()/medianOf(subsMsgs, pass.cpuPerRecord))
+
+	if err := heapPass(ctx, client, stream, *heapCap); err != nil {
+		return fmt.Errorf("never-acking pass: %w", err)
+	}
+	return serverFigures(client)
+}
+
+// styles are the consumption styles every comparison round runs.
+var styles = []string{"messages", "all", "batches"}
+
+// rounds holds the passes of alternating comparison rounds over one stream.
+type rounds struct {
+	raws    []pass
+	subs    map[string][]pass
+	scans   []time.Duration // harlow's scan intervals, one pass each a round
+	harlows [][]pass        // by scan interval
+}
+
+// runRounds runs *pairs rounds over the stream, each of a raw pass (when raw is set), a kinesub
+// pass per style and harlow passes, printing each round. A profile, when given, covers the
+// first kinesub Messages() pass. before, when given, runs before each pass, unmeasured. harlow
+// runs once a round with each scan interval.
+func runRounds(ctx context.Context, client *kinesis.Client, stream string, shards []string, raw bool, profile *os.File, before func(), scans ...time.Duration) (rounds, error) {
+	rs := rounds{subs: map[string][]pass{}, scans: scans, harlows: make([][]pass, len(scans))}
+	if before == nil {
+		before = func() {}
+	}
 	for i := range *pairs {
-		r, err := rawPass(ctx, client, stream, shards, *records)
-		if err != nil {
-			return fmt.Errorf("raw pass %d: %w", i+1, err)
+		line := fmt.Sprintf("  round %d:", i+1)
+		if raw {
+			before()
+			r, err := rawPass(ctx, client, stream, shards, *records)
+			if err != nil {
+				return rs, fmt.Errorf("raw pass %d: %w", i+1, err)
+			}
+			rs.raws = append(rs.raws, r)
+			line += fmt.Sprintf(" raw %6.0f/s %5.0f ns |", r.rate(), r.cpuPerRecord())
 		}
-		raws = append(raws, r)
-		line := fmt.Sprintf("  round %d: raw %6.0f/s %5.0f ns", i+1, r.rate(), r.cpuPerRecord())
 		for _, style := range styles {
+			before()
 			if profile != nil && style == "messages" {
 				if err := pprof.StartCPUProfile(profile); err != nil {
-					return err
+					return rs, err
 				}
 			}
 			s, err := kinesubPass(ctx, client, stream, *records, 5*time.Second, style)
@@ -97,67 +144,74 @@ func endToEndFigures() error {
 				profile = nil // one pass is enough, and keeps the others unprofiled
 			}
 			if err != nil {
-				return fmt.Errorf("kinesub %s pass %d: %w", style, i+1, err)
+				return rs, fmt.Errorf("kinesub %s pass %d: %w", style, i+1, err)
 			}
-			subs[style] = append(subs[style], s)
-			line += fmt.Sprintf(" | %s %6.0f/s %5.0f ns", style, s.rate(), s.cpuPerRecord())
+			rs.subs[style] = append(rs.subs[style], s)
+			line += fmt.Sprintf(" %s %6.0f/s %5.0f ns |", style, s.rate(), s.cpuPerRecord())
 		}
-		p, err := harlowPass(ctx, client, stream, *records)
-		if err != nil {
-			return fmt.Errorf("harlow pass %d: %w", i+1, err)
+		for j, scan := range scans {
+			before()
+			p, err := harlowPass(ctx, client, stream, *records, scan)
+			if err != nil {
+				return rs, fmt.Errorf("harlow (scan %v) pass %d: %w", scan, i+1, err)
+			}
+			rs.harlows[j] = append(rs.harlows[j], p)
+			line += fmt.Sprintf(" harlow %v %6.0f/s %5.0f ns |", scan, p.rate(), p.cpuPerRecord())
 		}
-		peers = append(peers, p)
-		fmt.Printf("%s | harlow %6.0f/s %5.0f ns (records/s, ns CPU/record)\n", line, p.rate(), p.cpuPerRecord())
+		fmt.Println(strings.TrimSuffix(line, " |") + " (records/s, ns CPU/record)")
 	}
-	med := func(ps []pass, f func(pass) float64) float64 {
-		var xs []float64
-		for _, p := range ps {
-			xs = append(xs, f(p))
-		}
-		return median(xs)
+	return rs, nil
+}
+
+// medianOf is the median of f over the passes.
+func medianOf(ps []pass, f func(pass) float64) float64 {
+	var xs []float64
+	for _, p := range ps {
+		xs = append(xs, f(p))
 	}
-	// ratio is the median of the per-round ratios, so that both sides of each ran under the same load.
-	ratio := func(ps, base []pass, f func(pass) float64) float64 {
-		var xs []float64
-		for i := range min(len(ps), len(base)) {
-			xs = append(xs, f(ps[i])/f(base[i]))
-		}
-		return median(xs)
+	return median(xs)
+}
+
+// ratio is the median of the per-round ratios, so that both sides of each ran under the same load.
+func ratio(ps, base []pass, f func(pass) float64) float64 {
+	var xs []float64
+	for i := range min(len(ps), len(base)) {
+		xs = append(xs, f(ps[i])/f(base[i]))
 	}
-	fmt.Printf("%d rounds, passes alternating in each (raw, kinesub Messages(), All, Batches, harlow), medians.\n", *pairs)
-	fmt.Printf("kinesub: WithStartAt(Horizon()), WithBatchSize(10000), poll %v, fresh lease.Memory, ack each record (Batches: one Ack a batch);\n", pollEvery)
-	fmt.Printf("raw: one goroutine per shard, TRIM_HORIZON, Limit 10000; harlow: github.com/harlow/kinesis-consumer %s, Scan, TRIM_HORIZON,\n", harlowVersion)
-	fmt.Printf("max records 10000, scan interval %v, its memory checkpoint store (a checkpoint a record)\n", pollEvery)
-	fmt.Printf("  raw GetRecords loop      %8.0f records/s  %7.0f ns CPU/record\n", med(raws, pass.rate), med(raws, pass.cpuPerRecord))
+	return median(xs)
+}
+
+// report prints the medians and each style's ratios against the raw loop (when the rounds ran
+// it) and harlow, with the goals. The raw loop's records/s is a goal only where the loop and
+// kinesub keep to the same limits (rateGoal).
+func (rs rounds) report(rateGoal bool) {
+	if len(rs.raws) > 0 {
+		fmt.Printf("  raw GetRecords loop      %8.0f records/s  %7.0f ns CPU/record\n", medianOf(rs.raws, pass.rate), medianOf(rs.raws, pass.cpuPerRecord))
+	}
 	for _, style := range styles {
-		fmt.Printf("  kinesub %-9s        %8.0f records/s  %7.0f ns CPU/record\n", style, med(subs[style], pass.rate), med(subs[style], pass.cpuPerRecord))
+		fmt.Printf("  kinesub %-9s        %8.0f records/s  %7.0f ns CPU/record\n", style, medianOf(rs.subs[style], pass.rate), medianOf(rs.subs[style], pass.cpuPerRecord))
 	}
-	fmt.Printf("  harlow                   %8.0f records/s  %7.0f ns CPU/record\n", med(peers, pass.rate), med(peers, pass.cpuPerRecord))
+	for j, scan := range rs.scans {
+		fmt.Printf("  harlow, scan %-9v    %8.0f records/s  %7.0f ns CPU/record\n", scan, medianOf(rs.harlows[j], pass.rate), medianOf(rs.harlows[j], pass.cpuPerRecord))
+	}
 	goals := map[string]float64{"messages": 1.10, "all": 1.10, "batches": 1.05}
 	for _, style := range styles {
-		rr, cr := ratio(subs[style], raws, pass.rate), ratio(subs[style], raws, pass.cpuPerRecord)
-		hr, hc := ratio(subs[style], peers, pass.rate), ratio(subs[style], peers, pass.cpuPerRecord)
-		fmt.Printf("  %-9s ÷ raw: records/s %5.3f (goal ≥ 0.98: %s), CPU/record %5.3f (goal ≤ %.2f: %s); ÷ harlow: records/s %5.2f, CPU/record %5.2f (goal > 1 and < 1: %s)\n",
-			style, rr, verdict(rr >= 0.98), cr, goals[style], verdict(cr <= goals[style]), hr, hc, verdict(hr > 1 && hc < 1))
+		line := fmt.Sprintf("  %-9s", style)
+		if len(rs.raws) > 0 {
+			rr, cr := ratio(rs.subs[style], rs.raws, pass.rate), ratio(rs.subs[style], rs.raws, pass.cpuPerRecord)
+			rate := "no goal: the loop keeps to no limit"
+			if rateGoal {
+				rate = "goal ≥ 0.98: " + verdict(rr >= 0.98)
+			}
+			line += fmt.Sprintf(" ÷ raw: records/s %5.3f (%s), CPU/record %5.3f (goal ≤ %.2f: %s);",
+				rr, rate, cr, goals[style], verdict(cr <= goals[style]))
+		}
+		for j, scan := range rs.scans {
+			hr, hc := ratio(rs.subs[style], rs.harlows[j], pass.rate), ratio(rs.subs[style], rs.harlows[j], pass.cpuPerRecord)
+			line += fmt.Sprintf(" ÷ harlow %v: records/s %5.2f, CPU/record %5.2f (goal > 1 and < 1: %s);", scan, hr, hc, verdict(hr > 1 && hc < 1))
+		}
+		fmt.Println(strings.TrimSuffix(line, ";"))
 	}
-	var writes []float64
-	for _, s := range subs["messages"] {
-		writes = append(writes, float64(s.final)*10000/float64(s.records))
-	}
-	subsMsgs := subs["messages"]
-
-	every, err := kinesubPass(ctx, client, stream, *records, 0, "messages")
-	if err != nil {
-		return fmt.Errorf("every-advance pass: %w", err)
-	}
-	fmt.Printf("  checkpoint writes per 10,000 acks: coalesced (5s) %.2f, every advance %.0f (coalesced ÷ every advance %.1e); every-advance pass %0.f records/s, %.0f ns CPU/record (÷ coalesced: %.2f, %.2f)\n",
-		median(writes), float64(every.final)*10000/float64(every.records), median(writes)/(float64(every.final)*10000/float64(every.records)),
-		every.rate(), every.cpuPerRecord(), every.rate()/med(subsMsgs, pass.rate), every.cpuPerRecord()/med(subsMsgs, pass.cpuPerRecord))
-
-	if err := heapPass(ctx, client, stream, *heapCap); err != nil {
-		return fmt.Errorf("never-acking pass: %w", err)
-	}
-	return serverFigures(client)
 }
 
 func createStream(ctx context.Context, client *kinesis.Client, stream string, shards int32) ([]string, error) {
@@ -214,6 +268,8 @@ func publish(ctx context.Context, client *kinesis.Client, stream string, n, size
 	return errors.Join(errs...)
 }
 
+// rawPass reads n records with a hand-written loop: a goroutine per shard calling GetRecords
+// as fast as it can, waiting only after an empty page.
 func rawPass(ctx context.Context, client *kinesis.Client, stream string, shards []string, n int) (pass, error) {
 	runtime.GC()
 	ctx, cancel := context.WithTimeout(ctx, passTimeout)

@@ -7,20 +7,27 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-
-	"github.com/gostream/kinesub/kinesistest"
 )
 
+// serviceSpacing is the time kinesub keeps between two GetRecords calls on a shard (5 a
+// second), as harlow's scan interval in the passes that compare the two at the same pace.
+const serviceSpacing = 200 * time.Millisecond
+
 // serverFigures measures kinesistest against kinesalite with the same raw GetRecords loop over
-// streams of the same shape, passes alternating, and then kinesub against that loop on
-// kinesistest, where the emulator's cost no longer hides the library's. Both servers' CPU is
-// in the figures on kinesistest (it runs in this process), the same for the loop and kinesub.
+// streams of the same shape, passes alternating; then kinesub against that loop and harlow on
+// kinesistest, where the emulator's cost no longer hides the library's; then kinesub against
+// harlow on kinesistest enforcing the service's throughput limits, as real Kinesis does.
+// kinesistest runs in a child process (this command run again), so the CPU figures are the
+// client's alone, as they are on kinesalite.
 func serverFigures(kinesalite *kinesis.Client) error {
-	fmt.Println("\n== kinesistest, the in-process server, against kinesalite ==")
+	fmt.Println("\n== kinesistest (child process) against kinesalite ==")
 	ctx := context.Background()
-	srv := kinesistest.NewServer()
-	defer srv.Close()
-	local := srv.Client()
+	child, err := startChildServer(false)
+	if err != nil {
+		return err
+	}
+	defer child.close()
+	local := child.client
 	stream := fmt.Sprintf("kinesub-bench-kt-%d", time.Now().UnixNano())
 	servers := []struct {
 		name   string
@@ -29,19 +36,12 @@ func serverFigures(kinesalite *kinesis.Client) error {
 	}{{name: "kinesalite", client: kinesalite}, {name: "kinesistest", client: local}}
 	for i := range servers {
 		s := &servers[i]
-		shards, err := createStream(ctx, s.client, stream, int32(*shardCount))
+		shards, err := benchStream(ctx, s.client, stream)
 		if err != nil {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
-		defer func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_, _ = s.client.DeleteStream(dctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream), EnforceConsumerDeletion: aws.Bool(true)})
-		}()
+		defer deleteStream(s.client, stream)
 		s.shards = shards
-		if err := publish(ctx, s.client, stream, *records, *recordSize); err != nil {
-			return fmt.Errorf("%s: publish: %w", s.name, err)
-		}
 	}
 	var ratios []float64
 	var kl, kt []pass
@@ -58,41 +58,62 @@ func serverFigures(kinesalite *kinesis.Client) error {
 		ratios = append(ratios, b.rate()/a.rate())
 		fmt.Printf("  pair %d: kinesalite %8.0f records/s | kinesistest %8.0f records/s\n", i+1, a.rate(), b.rate())
 	}
-	rates := func(ps []pass) float64 {
-		var xs []float64
-		for _, p := range ps {
-			xs = append(xs, p.rate())
-		}
-		return median(xs)
-	}
 	fmt.Printf("%d pairs, medians; the raw GetRecords loop of the end-to-end figures, %d × %d B records over %d shards\n", *pairs, *records, *recordSize, *shardCount)
-	fmt.Printf("  GetRecords records/s kinesistest ÷ kinesalite  %6.1f (%.0f ÷ %.0f)  goal ≥ 10: %s\n", median(ratios), rates(kt), rates(kl), verdict(median(ratios) >= 10))
+	fmt.Printf("  GetRecords records/s kinesistest ÷ kinesalite  %6.1f (%.0f ÷ %.0f)  goal ≥ 10: %s\n",
+		median(ratios), medianOf(kt, pass.rate), medianOf(kl, pass.rate), verdict(median(ratios) >= 10))
 
-	styles := []string{"messages", "all", "batches"}
-	rateRatios, cpuRatios := map[string][]float64{}, map[string][]float64{}
-	for i := range *pairs {
-		r, err := rawPass(ctx, local, stream, servers[1].shards, *records)
-		if err != nil {
-			return fmt.Errorf("kinesistest raw pass %d: %w", i+1, err)
-		}
-		line := fmt.Sprintf("  round %d: raw %8.0f/s %5.0f ns", i+1, r.rate(), r.cpuPerRecord())
-		for _, style := range styles {
-			s, err := kinesubPass(ctx, local, stream, *records, 5*time.Second, style)
-			if err != nil {
-				return fmt.Errorf("kinesistest kinesub %s pass %d: %w", style, i+1, err)
-			}
-			rateRatios[style] = append(rateRatios[style], s.rate()/r.rate())
-			cpuRatios[style] = append(cpuRatios[style], s.cpuPerRecord()/r.cpuPerRecord())
-			line += fmt.Sprintf(" | %s %8.0f/s %5.0f ns", style, s.rate(), s.cpuPerRecord())
-		}
-		fmt.Println(line + " (records/s, ns CPU/record)")
+	fmt.Println("\n== End to end on kinesistest (child process, no throughput limits): the client's CPU alone ==")
+	rs, err := runRounds(ctx, local, stream, servers[1].shards, true, nil, nil, pollEvery, serviceSpacing)
+	if err != nil {
+		return fmt.Errorf("kinesistest: %w", err)
 	}
-	fmt.Printf("on kinesistest, %d rounds, medians (CPU includes the server's, the same for each pass):\n", *pairs)
-	goals := map[string]float64{"messages": 1.10, "all": 1.10, "batches": 1.05}
-	for _, style := range styles {
-		cr := median(cpuRatios[style])
-		fmt.Printf("  %-9s ÷ raw: records/s %5.3f, CPU/record %5.3f (goal ≤ %.2f: %s)\n",
-			style, median(rateRatios[style]), cr, goals[style], verdict(cr <= goals[style]))
+	fmt.Printf("%d rounds, passes alternating in each as on kinesalite, with harlow twice: a call every %v, and every %v\n", *pairs, pollEvery, serviceSpacing)
+	fmt.Println("as kinesub spaces its calls to keep to the service's 5 calls a second per shard. The raw loop keeps to no limit:")
+	rs.report(false)
+
+	fmt.Println("\n== End to end on kinesistest (child process) enforcing the service's throughput limits ==")
+	limited, err := startChildServer(true)
+	if err != nil {
+		return err
 	}
+	defer limited.close()
+	start := time.Now()
+	shards, err := benchStream(ctx, limited.client, stream)
+	if err != nil {
+		return fmt.Errorf("kinesistest with limits: %w", err)
+	}
+	defer deleteStream(limited.client, stream)
+	fmt.Printf("published %d records in %.1fs (1,000 records/s per shard)\n", *records, time.Since(start).Seconds())
+	// Each pass starts with the shards' limits unspent, as the first did: a pass that ended
+	// with a large read would otherwise throttle the next one's first calls.
+	refill := func() { time.Sleep(2 * time.Second) }
+	rs, err = runRounds(ctx, limited.client, stream, shards, false, nil, refill, pollEvery, serviceSpacing)
+	if err != nil {
+		return fmt.Errorf("kinesistest with limits: %w", err)
+	}
+	fmt.Printf("%d rounds, passes alternating (kinesub Messages(), All, Batches, harlow every %v and every %v), medians. Per shard,\n", *pairs, pollEvery, serviceSpacing)
+	fmt.Println("5 GetRecords calls in any second and 2 MB read a second, as on the service; a call over is refused with")
+	fmt.Println("ProvisionedThroughputExceededException. Every pass starts with the limits unspent:")
+	rs.report(false)
 	return nil
+}
+
+// benchStream creates the stream with *shardCount shards and publishes *records records of
+// *recordSize bytes to it.
+func benchStream(ctx context.Context, client *kinesis.Client, stream string) ([]string, error) {
+	shards, err := createStream(ctx, client, stream, int32(*shardCount))
+	if err != nil {
+		return nil, err
+	}
+	if err := publish(ctx, client, stream, *records, *recordSize); err != nil {
+		return nil, fmt.Errorf("publish: %w", err)
+	}
+	return shards, nil
+}
+
+// deleteStream deletes the stream, within 10 seconds, ignoring failure.
+func deleteStream(client *kinesis.Client, stream string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = client.DeleteStream(ctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream), EnforceConsumerDeletion: aws.Bool(true)})
 }

@@ -37,7 +37,7 @@ var (
 func latencyFigures() error {
 	fmt.Println("\n== Publish → delivery latency and client CPU on kinesistest (child process): enhanced fan-out against polling ==")
 	ctx := context.Background()
-	child, err := startChildServer()
+	child, err := startChildServer(false)
 	if err != nil {
 		return err
 	}

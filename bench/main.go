@@ -8,9 +8,11 @@
 //     record against a hand-written GetRecords loop over the same shards, passes alternating;
 //   - checkpoint writes per 10,000 acks, coalesced against written on every advance;
 //   - peak heap with a consumer that never acks, against WithMaxInFlight × record size;
-//   - GetRecords records per second served by kinesistest (in process) against kinesalite, and
-//     kinesub against the raw loop on kinesistest, where the emulator's cost does not hide
-//     the library's;
+//   - GetRecords records per second served by kinesistest against kinesalite; kinesub against
+//     the raw loop and harlow on kinesistest, where the emulator's cost does not hide the
+//     library's; and kinesub against harlow on kinesistest enforcing the service's throughput
+//     limits, as real Kinesis does (kinesistest in a child process, so that only the client's
+//     CPU is counted);
 //   - publish→delivery latency (p50, p99) and client CPU per record over enhanced fan-out
 //     against polling every 1 s and every 200 ms, on kinesistest run with the publisher in a
 //     child process (this command run again), so that only the client's CPU is counted;
@@ -54,8 +56,8 @@ var (
 )
 
 func main() {
-	if os.Getenv(childEnv) == "server" {
-		if err := serverChild(); err != nil {
+	if mode := os.Getenv(childEnv); mode == "server" || mode == "server-limits" {
+		if err := serverChild(mode == "server-limits"); err != nil {
 			fmt.Fprintln(os.Stderr, "bench child:", err)
 			os.Exit(1)
 		}

@@ -18,9 +18,10 @@ const harlowVersion = "v0.5.0"
 
 // harlowPass reads every record with github.com/harlow/kinesis-consumer, the Go consumer most
 // users pick, configured as close to the kinesub passes as it allows: from the oldest record,
-// pages of up to 10,000, the same poll interval, checkpoints in its memory store (which it
-// writes after every record). Its Scan calls back once per record on one goroutine per shard.
-func harlowPass(ctx context.Context, client *kinesis.Client, stream string, n int) (pass, error) {
+// pages of up to 10,000, checkpoints in its memory store (which it writes after every record).
+// It waits scan between two GetRecords calls on a shard, whether or not the first returned
+// records. Its Scan calls back once per record on one goroutine per shard.
+func harlowPass(ctx context.Context, client *kinesis.Client, stream string, n int, scan time.Duration) (pass, error) {
 	runtime.GC()
 	store := memory.New()
 	c, err := consumer.New(stream,
@@ -28,17 +29,17 @@ func harlowPass(ctx context.Context, client *kinesis.Client, stream string, n in
 		consumer.WithStore(store),
 		consumer.WithShardIteratorType("TRIM_HORIZON"),
 		consumer.WithMaxRecords(10000),
-		consumer.WithScanInterval(pollEvery))
+		consumer.WithScanInterval(scan))
 	if err != nil {
 		return pass{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, passTimeout)
 	defer cancel()
-	scan, stop := context.WithCancel(ctx)
+	scanCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var got atomic.Int64
 	start, cpu0 := time.Now(), cpuTime()
-	err = c.Scan(scan, func(*consumer.Record) error {
+	err = c.Scan(scanCtx, func(*consumer.Record) error {
 		if got.Add(1) == int64(n) {
 			stop()
 		}

@@ -24,7 +24,7 @@ import (
 	"github.com/gostream/kinesub/kinesistest"
 )
 
-// The latency figures run kinesistest and the publisher in a child process (this command run
+// The kinesistest and latency figures run kinesistest and the publisher in a child process (this command run
 // again with childEnv set), so that the CPU time the parent measures is its client's alone.
 //
 // The child prints the server's endpoint on its first line, then its certificate in PEM, then
@@ -40,8 +40,8 @@ import (
 const childEnv = "KINESUB_BENCH_CHILD"
 
 // serverChild runs in the child process: the kinesistest server and the publisher.
-func serverChild() error {
-	srv := kinesistest.NewServer()
+func serverChild(limits bool) error {
+	srv := kinesistest.NewServer(kinesistest.WithLimits(limits))
 	defer srv.Close()
 	fmt.Println(srv.URL)
 	os.Stdout.Write(srv.CertificatePEM())
@@ -118,14 +118,19 @@ type childServer struct {
 	client *kinesis.Client
 }
 
-// startChildServer starts the child and returns a client for its server.
-func startChildServer() (*childServer, error) {
+// startChildServer starts the child and returns a client for its server, which enforces the
+// service's throughput limits (kinesistest.WithLimits) when limits is set.
+func startChildServer(limits bool) (*childServer, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), childEnv+"=server")
+	mode := "server"
+	if limits {
+		mode = "server-limits"
+	}
+	cmd.Env = append(os.Environ(), childEnv+"="+mode)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
