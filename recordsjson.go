@@ -359,7 +359,8 @@ func (d *recordsDecoder) rawString() (raw []byte, escaped bool, err error) {
 	return raw, false, nil
 }
 
-// escapedString reads the rest of a string with an escape, from start, after its quote.
+// escapedString reads the rest of a string with an escape, from start, after its quote,
+// checking each escape as JSON's grammar has it.
 func (d *recordsDecoder) escapedString(start int) ([]byte, bool, error) {
 	for d.i = start; d.i < len(d.b); d.i++ {
 		switch c := d.b[d.i]; {
@@ -368,6 +369,24 @@ func (d *recordsDecoder) escapedString(start int) ([]byte, bool, error) {
 			return d.b[start : d.i-1], true, nil
 		case c == '\\':
 			d.i++
+			if d.i >= len(d.b) {
+				return nil, false, errNotRecords
+			}
+			switch d.b[d.i] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if d.i+4 >= len(d.b) {
+					return nil, false, errNotRecords
+				}
+				for _, h := range d.b[d.i+1 : d.i+5] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return nil, false, errNotRecords
+					}
+				}
+				d.i += 4
+			default:
+				return nil, false, errNotRecords
+			}
 		case c < 0x20:
 			return nil, false, errNotRecords
 		}
@@ -420,22 +439,47 @@ func (d *recordsDecoder) optString(p **string) error {
 	return err
 }
 
-// number returns the bytes of a number.
+// number returns the bytes of a number, checked against JSON's grammar:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
 func (d *recordsDecoder) number() ([]byte, error) {
 	d.ws()
 	start := d.i
-	for d.i < len(d.b) {
-		switch c := d.b[d.i]; {
-		case c >= '0' && c <= '9', c == '-', c == '+', c == '.', c == 'e', c == 'E':
-			d.i++
-			continue
-		}
-		break
+	if d.at('-') {
+		d.i++
 	}
-	if d.i == start {
+	switch {
+	case d.at('0'):
+		d.i++
+	case d.digits() == 0:
 		return nil, errNotRecords
 	}
+	if d.at('.') {
+		d.i++
+		if d.digits() == 0 {
+			return nil, errNotRecords
+		}
+	}
+	if d.at('e') || d.at('E') {
+		d.i++
+		if d.at('+') || d.at('-') {
+			d.i++
+		}
+		if d.digits() == 0 {
+			return nil, errNotRecords
+		}
+	}
 	return d.b[start:d.i], nil
+}
+
+func (d *recordsDecoder) at(c byte) bool { return d.i < len(d.b) && d.b[d.i] == c }
+
+// digits skips decimal digits and returns how many.
+func (d *recordsDecoder) digits() int {
+	start := d.i
+	for d.i < len(d.b) && d.b[d.i] >= '0' && d.b[d.i] <= '9' {
+		d.i++
+	}
+	return d.i - start
 }
 
 func (d *recordsDecoder) optInt64(p **int64) error {

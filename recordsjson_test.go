@@ -325,3 +325,22 @@ func BenchmarkDecodeRecords(b *testing.B) {
 		})
 	}
 }
+
+// FuzzRecordsDecode holds the decoder to the SDK's on arbitrary answers: either both fail, or
+// both give the same output.
+func FuzzRecordsDecode(f *testing.F) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20 {
+		f.Add(genAnswer(rng))
+	}
+	f.Add(`{"Records":[{"Data":"","SequenceNumber":"1","PartitionKey":"\u00e9"}],"NextShardIterator":null}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		sdk, ours, sdkErr, ourErr := decodeBoth(t, 200, body)
+		if (sdkErr == nil) != (ourErr == nil) {
+			t.Fatalf("sdk: %v; ours: %v", sdkErr, ourErr)
+		}
+		if sdkErr == nil {
+			require.Equal(t, sdk, ours)
+		}
+	})
+}
