@@ -147,6 +147,11 @@
 // there delivers it and what follows. A record that looks aggregated but is malformed (a bad
 // checksum, say) is reported on Errors (ErrAggregatedRecord) and counts as handled.
 //
+// kinesub decodes successful GetRecords answers itself, into the same types the SDK's decoder
+// gives, at about half its CPU; error answers and anything it does not read go to the SDK's
+// decoder, so errors are the SDK's. A record's Data may share an 8 KiB block with its
+// neighbours' (its capacity ends at its length, so appending to it copies).
+//
 // # Metrics
 //
 // Subscribers and publishers report OpenTelemetry metrics through the metric API: lag per
