@@ -71,14 +71,14 @@ func endToEndFigures() error {
 		}
 		defer profile.Close()
 	}
-	rs, err := runRounds(ctx, client, stream, shards, true, profile, nil, pollEvery)
+	rs, err := runRounds(ctx, client, stream, shards, *pairs, true, profile, nil, pollEvery)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("%d rounds, passes alternating in each (raw, kinesub Messages(), All, Batches, harlow), medians.\n", *pairs)
-	fmt.Printf("kinesub: WithStartAt(Horizon()), WithBatchSize(10000), poll %v, fresh lease.Memory, ack each record (Batches: one Ack a batch);\n", pollEvery)
-	fmt.Printf("raw: one goroutine per shard, TRIM_HORIZON, Limit 10000; harlow: github.com/harlow/kinesis-consumer %s, Scan, TRIM_HORIZON,\n", harlowVersion)
-	fmt.Printf("max records 10000, scan interval %v, its memory checkpoint store (a checkpoint a record)\n", pollEvery)
+	fmt.Printf("kinesub: WithStartAt(Horizon()), WithBatchSize(%d), poll %v, fresh lease.Memory, ack each record (Batches: one Ack a batch);\n", pageRecords, pollEvery)
+	fmt.Printf("raw: one goroutine per shard, TRIM_HORIZON, Limit %d; harlow: github.com/harlow/kinesis-consumer %s, Scan, TRIM_HORIZON,\n", pageRecords, harlowVersion)
+	fmt.Printf("max records %d, scan interval %v, its memory checkpoint store (a checkpoint a record)\n", pageRecords, pollEvery)
 	rs.report(true)
 	var writes []float64
 	for _, s := range rs.subs["messages"] {
@@ -100,6 +100,10 @@ func endToEndFigures() error {
 	return serverFigures(client)
 }
 
+// pageRecords is the most records one GetRecords call of a comparison pass asks for (the
+// raw loop's Limit, kinesub's WithBatchSize, harlow's WithMaxRecords).
+var pageRecords = 10000
+
 // styles are the consumption styles every comparison round runs.
 var styles = []string{"messages", "all", "batches"}
 
@@ -111,16 +115,16 @@ type rounds struct {
 	harlows [][]pass        // by scan interval
 }
 
-// runRounds runs *pairs rounds over the stream, each of a raw pass (when raw is set), a kinesub
+// runRounds runs n rounds over the stream, each of a raw pass (when raw is set), a kinesub
 // pass per style and harlow passes, printing each round. A profile, when given, covers the
 // first kinesub Messages() pass. before, when given, runs before each pass, unmeasured. harlow
 // runs once a round with each scan interval.
-func runRounds(ctx context.Context, client *kinesis.Client, stream string, shards []string, raw bool, profile *os.File, before func(), scans ...time.Duration) (rounds, error) {
+func runRounds(ctx context.Context, client *kinesis.Client, stream string, shards []string, n int, raw bool, profile *os.File, before func(), scans ...time.Duration) (rounds, error) {
 	rs := rounds{subs: map[string][]pass{}, scans: scans, harlows: make([][]pass, len(scans))}
 	if before == nil {
 		before = func() {}
 	}
-	for i := range *pairs {
+	for i := range n {
 		line := fmt.Sprintf("  round %d:", i+1)
 		if raw {
 			before()
@@ -291,7 +295,7 @@ func rawPass(ctx context.Context, client *kinesis.Client, stream string, shards 
 			}
 			iter := it.ShardIterator
 			for total.Load() < int64(n) && iter != nil {
-				out, err := client.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(10000)})
+				out, err := client.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(int32(pageRecords))})
 				if err != nil {
 					errs[i] = err
 					return
@@ -334,7 +338,7 @@ func kinesubPass(ctx context.Context, client *kinesis.Client, stream string, n i
 	start, cpu0 := time.Now(), cpuTime()
 	sub, err := kinesub.Subscribe(ctx, client, stream,
 		kinesub.WithStartAt(kinesub.Horizon()),
-		kinesub.WithBatchSize(10000),
+		kinesub.WithBatchSize(int32(pageRecords)),
 		kinesub.WithPollInterval(pollEvery),
 		kinesub.WithLeaseStore(store),
 		kinesub.WithCheckpointInterval(checkpointEvery))
@@ -419,7 +423,7 @@ func heapPass(ctx context.Context, client *kinesis.Client, stream string, inflig
 	base := ms.HeapInuse
 	sub, err := kinesub.Subscribe(ctx, client, stream,
 		kinesub.WithStartAt(kinesub.Horizon()),
-		kinesub.WithBatchSize(10000),
+		kinesub.WithBatchSize(int32(pageRecords)),
 		kinesub.WithPollInterval(pollEvery),
 		kinesub.WithLeaseStore(store),
 		kinesub.WithOwner("bench"),

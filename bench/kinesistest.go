@@ -63,7 +63,7 @@ func serverFigures(kinesalite *kinesis.Client) error {
 		median(ratios), medianOf(kt, pass.rate), medianOf(kl, pass.rate), verdict(median(ratios) >= 10))
 
 	fmt.Println("\n== End to end on kinesistest (child process, no throughput limits): the client's CPU alone ==")
-	rs, err := runRounds(ctx, local, stream, servers[1].shards, true, nil, nil, pollEvery, serviceSpacing)
+	rs, err := runRounds(ctx, local, stream, servers[1].shards, *pairs, true, nil, nil, pollEvery, serviceSpacing)
 	if err != nil {
 		return fmt.Errorf("kinesistest: %w", err)
 	}
@@ -71,6 +71,12 @@ func serverFigures(kinesalite *kinesis.Client) error {
 	fmt.Println("as kinesub spaces its calls to keep to the service's 5 calls a second per shard. The raw loop keeps to no limit:")
 	rs.report(false)
 
+	return limitFigures(ctx, stream)
+}
+
+// limitFigures compares kinesub with harlow on kinesistest enforcing the service's throughput
+// limits, over a backlog long enough for the limits to set the pace.
+func limitFigures(ctx context.Context, stream string) error {
 	fmt.Println("\n== End to end on kinesistest (child process) enforcing the service's throughput limits ==")
 	limited, err := startChildServer(true)
 	if err != nil {
@@ -84,16 +90,22 @@ func serverFigures(kinesalite *kinesis.Client) error {
 	}
 	defer deleteStream(limited.client, stream)
 	fmt.Printf("published %d records in %.1fs (1,000 records/s per shard)\n", *records, time.Since(start).Seconds())
-	// Each pass starts with the shards' limits unspent, as the first did: a pass that ended
-	// with a large read would otherwise throttle the next one's first calls.
+	// Pages of 1,000 records make the backlog 25 pages a shard, longer than the burst the
+	// limits allow, so that they set the pace. Each pass starts with the shards' limits
+	// unspent, as the first did: a pass that ended on a large read would otherwise throttle
+	// the next one's first calls.
+	pageRecords = 1000
+	defer func() { pageRecords = 10000 }()
 	refill := func() { time.Sleep(2 * time.Second) }
-	rs, err = runRounds(ctx, limited.client, stream, shards, false, nil, refill, pollEvery, serviceSpacing)
+	n := min(*pairs, 3)
+	rs, err := runRounds(ctx, limited.client, stream, shards, n, false, nil, refill, pollEvery, serviceSpacing)
 	if err != nil {
 		return fmt.Errorf("kinesistest with limits: %w", err)
 	}
-	fmt.Printf("%d rounds, passes alternating (kinesub Messages(), All, Batches, harlow every %v and every %v), medians. Per shard,\n", *pairs, pollEvery, serviceSpacing)
-	fmt.Println("5 GetRecords calls in any second and 2 MB read a second, as on the service; a call over is refused with")
-	fmt.Println("ProvisionedThroughputExceededException. Every pass starts with the limits unspent:")
+	fmt.Printf("%d rounds, passes alternating (kinesub Messages(), All, Batches, harlow every %v and every %v), medians,\n", n, pollEvery, serviceSpacing)
+	fmt.Printf("pages of %d records (kinesub WithBatchSize, harlow WithMaxRecords). Per shard, 5 GetRecords calls in any second\n", pageRecords)
+	fmt.Println("and 2 MB read a second, as on the service; a call over is refused with ProvisionedThroughputExceededException,")
+	fmt.Println("which kinesub and harlow (through the SDK's retries and its own) retry. Every pass starts with the limits unspent:")
 	rs.report(false)
 	return nil
 }

@@ -18,7 +18,7 @@ const harlowVersion = "v0.5.0"
 
 // harlowPass reads every record with github.com/harlow/kinesis-consumer, the Go consumer most
 // users pick, configured as close to the kinesub passes as it allows: from the oldest record,
-// pages of up to 10,000, checkpoints in its memory store (which it writes after every record).
+// pages of up to pageRecords, checkpoints in its memory store (which it writes after every record).
 // It waits scan between two GetRecords calls on a shard, whether or not the first returned
 // records. Its Scan calls back once per record on one goroutine per shard.
 func harlowPass(ctx context.Context, client *kinesis.Client, stream string, n int, scan time.Duration) (pass, error) {
@@ -28,7 +28,7 @@ func harlowPass(ctx context.Context, client *kinesis.Client, stream string, n in
 		consumer.WithClient(client),
 		consumer.WithStore(store),
 		consumer.WithShardIteratorType("TRIM_HORIZON"),
-		consumer.WithMaxRecords(10000),
+		consumer.WithMaxRecords(int64(pageRecords)),
 		consumer.WithScanInterval(scan))
 	if err != nil {
 		return pass{}, err
