@@ -420,3 +420,53 @@ func TestMetricsLeaseCapacity(t *testing.T) {
 	}
 	require.NoError(t, sub.Close(context.Background()))
 }
+
+// TestSettleSampleFollowsPages: the settle duration times the first delivery of every page and
+// one in settleSample of the rest, so a shard receiving a record at a time has each one timed
+// and a busy shard's pages of thousands only a sample, whichever way they are consumed.
+func TestSettleSampleFollowsPages(t *testing.T) {
+	mt := newMeters(t)
+	m, err := newMetrics(mt.provider, "orders")
+	require.NoError(t, err)
+	w := &worker{stats: m.shard("shardId-000000000000")}
+	page := func(size int) *shardPage {
+		pg := &shardPage{shard: w, msgs: make([]Message, size)}
+		for i := range pg.msgs {
+			pg.msgs[i].pg = pg
+		}
+		return pg
+	}
+	timed := func(pg *shardPage) int {
+		n := 0
+		for i := range pg.msgs {
+			if pg.msgs[i].handed != 0 {
+				n++
+			}
+		}
+		return n
+	}
+	// One at a time (Messages, All).
+	single, large := 0, 0
+	for range 100 {
+		pg := page(1)
+		m.consumed(&pg.msgs[0])
+		single += timed(pg)
+	}
+	require.Equal(t, 100, single, "a record a page: every one timed")
+	for range 2 {
+		pg := page(10_000)
+		for i := range pg.msgs {
+			m.consumed(&pg.msgs[i])
+		}
+		large += timed(pg)
+	}
+	require.InDelta(t, 2+20_000/settleSample, large, 2, "pages of 10,000: their first deliveries and one in settleSample")
+	// A page at once (Batches).
+	batched := 0
+	for range 2 {
+		pg := page(10_000)
+		m.consumedPage(pg.msgs)
+		batched += timed(pg)
+	}
+	require.InDelta(t, 2+20_000/settleSample, batched, 2)
+}
