@@ -132,26 +132,24 @@ func (d *recordsDecoder) records(o *kinesis.GetRecordsOutput) error {
 		var seq, key string
 		var at time.Time
 		var h uint8
-		err := d.object(func(key2 []byte) error {
-			switch string(key2) {
+		// present notes that a field read was there (not null), for its pointer.
+		present := func(bit uint8, ok bool, err error) error {
+			if ok {
+				h |= bit
+			}
+			return err
+		}
+		err := d.object(func(member []byte) error {
+			switch string(member) {
 			case "SequenceNumber":
 				ok, err := d.stringInto(&seq)
-				if ok {
-					h |= hasSeq
-				}
-				return err
+				return present(hasSeq, ok, err)
 			case "PartitionKey":
 				ok, err := d.stringInto(&key)
-				if ok {
-					h |= hasKey
-				}
-				return err
+				return present(hasKey, ok, err)
 			case "ApproximateArrivalTimestamp":
 				ok, err := d.timestamp(&at)
-				if ok {
-					h |= hasTime
-				}
-				return err
+				return present(hasTime, ok, err)
 			case "Data":
 				return d.data(&rec.Data)
 			case "EncryptionType":
