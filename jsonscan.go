@@ -186,28 +186,35 @@ func hasControl(b []byte) bool {
 	return false
 }
 
-// stringInto reads a string or null into s, and reports whether it was a string.
-func (d *recordsDecoder) stringInto(s *string) (bool, error) {
+// text reads a string or null, and reports whether it was a string.
+func (d *recordsDecoder) text() (string, bool, error) {
 	if d.null() {
-		return false, nil
+		return "", false, nil
 	}
 	start := d.i
 	raw, escaped, err := d.rawString()
 	if err != nil {
-		return false, err
+		return "", false, err
 	}
 	if escaped {
 		// As the SDK's decoder does: text with an escape decodes as encoding/json does it
 		// (invalid UTF-8 becomes U+FFFD); text without one is taken byte for byte.
-		return true, json.Unmarshal(d.b[start:d.i], s)
+		s, err := unquote(d.b[start:d.i])
+		return s, true, err
 	}
-	*s = d.str.string(raw)
-	return true, nil
+	return d.str.string(raw), true, nil
+}
+
+// unquote decodes a JSON string with escapes, quotes included. Apart from text, so that only
+// this rare path gives its result to encoding/json (and to the heap).
+func unquote(quoted []byte) (string, error) {
+	var s string
+	err := json.Unmarshal(quoted, &s)
+	return s, err
 }
 
 func (d *recordsDecoder) optString(p **string) error {
-	var s string
-	ok, err := d.stringInto(&s)
+	s, ok, err := d.text()
 	if ok {
 		*p = &s
 	}

@@ -112,72 +112,58 @@ func decodeRecords(body []byte, o *kinesis.GetRecordsOutput) error {
 	return nil
 }
 
-// records decodes the Records array. Pointer fields point into one slice per field, filled
-// once the array is read (appending would move them).
+// records decodes the Records array. A record's pointer fields point into its entry of one
+// slice of the page's, filled once the array is read (appending would move them).
 func (d *recordsDecoder) records(o *kinesis.GetRecordsOutput) error {
 	if d.null() {
 		return nil
 	}
-	const (
-		hasSeq = 1 << iota
-		hasKey
-		hasTime
-	)
+	type fields struct {
+		seq, key       string
+		at             time.Time
+		hasSeq, hasKey bool
+		hasTime        bool
+	}
 	recs := make([]types.Record, 0, 64)
-	var seqs, keys []string
-	var times []time.Time
-	var has []uint8
+	all := make([]fields, 0, 64)
 	err := d.array(func() error {
 		var rec types.Record
-		var seq, key string
-		var at time.Time
-		var h uint8
-		// present notes that a field read was there (not null), for its pointer.
-		present := func(bit uint8, ok bool, err error) error {
-			if ok {
-				h |= bit
-			}
-			return err
-		}
-		err := d.object(func(member []byte) error {
+		var f fields
+		err := d.object(func(member []byte) (err error) {
 			switch string(member) {
 			case "SequenceNumber":
-				ok, err := d.stringInto(&seq)
-				return present(hasSeq, ok, err)
+				f.seq, f.hasSeq, err = d.text()
 			case "PartitionKey":
-				ok, err := d.stringInto(&key)
-				return present(hasKey, ok, err)
+				f.key, f.hasKey, err = d.text()
 			case "ApproximateArrivalTimestamp":
-				ok, err := d.timestamp(&at)
-				return present(hasTime, ok, err)
+				f.hasTime, err = d.timestamp(&f.at)
 			case "Data":
-				return d.data(&rec.Data)
+				err = d.data(&rec.Data)
 			case "EncryptionType":
 				var s string
-				_, err := d.stringInto(&s)
+				s, _, err = d.text()
 				rec.EncryptionType = types.EncryptionType(s)
-				return err
+			default:
+				err = d.skip()
 			}
-			return d.skip()
-		})
-		if err != nil {
 			return err
-		}
-		recs, seqs, keys, times, has = append(recs, rec), append(seqs, seq), append(keys, key), append(times, at), append(has, h)
-		return nil
+		})
+		recs, all = append(recs, rec), append(all, f)
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	for i := range recs {
-		if has[i]&hasSeq != 0 {
-			recs[i].SequenceNumber = &seqs[i]
+		f := &all[i]
+		if f.hasSeq {
+			recs[i].SequenceNumber = &f.seq
 		}
-		if has[i]&hasKey != 0 {
-			recs[i].PartitionKey = &keys[i]
+		if f.hasKey {
+			recs[i].PartitionKey = &f.key
 		}
-		if has[i]&hasTime != 0 {
-			recs[i].ApproximateArrivalTimestamp = &times[i]
+		if f.hasTime {
+			recs[i].ApproximateArrivalTimestamp = &f.at
 		}
 	}
 	o.Records = recs
@@ -202,12 +188,9 @@ func (d *recordsDecoder) childShards(o *kinesis.GetRecordsOutput) error {
 				}
 				c.ParentShards = []string{}
 				return d.array(func() error {
-					var s string
-					if _, err := d.stringInto(&s); err != nil {
-						return err
-					}
+					s, _, err := d.text()
 					c.ParentShards = append(c.ParentShards, s)
-					return nil
+					return err
 				})
 			case "HashKeyRange":
 				if d.null() {
