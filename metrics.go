@@ -309,10 +309,11 @@ func (m *metrics) consumedPage(page []Message) {
 	}
 	now := time.Now().UnixNano()
 	atomic.StoreInt64(&page[0].handed, now)
-	for i := range page {
-		if (n-int64(len(page))+int64(i)+1)%settleSample == 1 {
-			atomic.StoreInt64(&page[i].handed, now)
-		}
+	// The deliveries consumed would sample: those whose count (before+i+1) is 1 modulo
+	// settleSample, stepped to rather than looked for.
+	before := n - int64(len(page))
+	for i := (settleSample - before%settleSample) % settleSample; i < int64(len(page)); i += settleSample {
+		atomic.StoreInt64(&page[i].handed, now)
 	}
 }
 
