@@ -357,7 +357,10 @@ func (d *recordsDecoder) word(w string) error {
 // arena hands out pieces of shared blocks, so that a page's many small strings and payloads
 // cost a few allocations instead of one each. A block is never written again once a piece of
 // it is handed out, so strings made from it stay immutable.
-type arena struct{ block []byte }
+type arena struct {
+	block []byte
+	size  int // bytes in a new block; 0: arenaBlock
+}
 
 const (
 	arenaBlock = 8 << 10 // bytes in a block: what a record kept alive can keep alive with it
@@ -370,7 +373,11 @@ func (a *arena) bytes(n int) []byte {
 		return make([]byte, n)
 	}
 	if n > cap(a.block)-len(a.block) {
-		a.block = make([]byte, 0, arenaBlock)
+		size := a.size
+		if size == 0 {
+			size = arenaBlock
+		}
+		a.block = make([]byte, 0, max(size, n))
 	}
 	start := len(a.block)
 	a.block = a.block[:start+n]

@@ -86,6 +86,8 @@ type recordsDecoder struct {
 	i   int
 	str arena // strings: sequence numbers, partition keys, iterators, shard ids
 	dat arena // small payloads
+	// recordsHint, if set, is the records a Records array is expected to hold: 64 otherwise.
+	recordsHint int
 }
 
 // decodeRecords decodes a GetRecords answer's JSON body into o, as the SDK would.
@@ -94,13 +96,13 @@ func decodeRecords(body []byte, o *kinesis.GetRecordsOutput) error {
 	if err := d.object(func(key []byte) error {
 		switch string(key) {
 		case "Records":
-			return d.records(o)
+			return d.records(&o.Records)
 		case "NextShardIterator":
 			return d.optString(&o.NextShardIterator)
 		case "MillisBehindLatest":
 			return d.optInt64(&o.MillisBehindLatest)
 		case "ChildShards":
-			return d.childShards(o)
+			return d.childShards(&o.ChildShards)
 		}
 		return d.skip()
 	}); err != nil {
@@ -112,9 +114,9 @@ func decodeRecords(body []byte, o *kinesis.GetRecordsOutput) error {
 	return nil
 }
 
-// records decodes the Records array. A record's pointer fields point into its entry of one
-// slice of the page's, filled once the array is read (appending would move them).
-func (d *recordsDecoder) records(o *kinesis.GetRecordsOutput) error {
+// records decodes a Records array into out. A record's pointer fields point into its entry of
+// one slice of the page's, filled once the array is read (appending would move them).
+func (d *recordsDecoder) records(out *[]types.Record) error {
 	if d.null() {
 		return nil
 	}
@@ -124,8 +126,12 @@ func (d *recordsDecoder) records(o *kinesis.GetRecordsOutput) error {
 		hasSeq, hasKey bool
 		hasTime        bool
 	}
-	recs := make([]types.Record, 0, 64)
-	all := make([]fields, 0, 64)
+	size := 64
+	if d.recordsHint > 0 {
+		size = d.recordsHint
+	}
+	recs := make([]types.Record, 0, size)
+	all := make([]fields, 0, size)
 	err := d.array(func() error {
 		var rec types.Record
 		var f fields
@@ -166,16 +172,16 @@ func (d *recordsDecoder) records(o *kinesis.GetRecordsOutput) error {
 			recs[i].ApproximateArrivalTimestamp = &f.at
 		}
 	}
-	o.Records = recs
+	*out = recs
 	return nil
 }
 
-// childShards decodes the ChildShards array (at a shard's end; rare, so plainly).
-func (d *recordsDecoder) childShards(o *kinesis.GetRecordsOutput) error {
+// childShards decodes a ChildShards array into out (at a shard's end; rare, so plainly).
+func (d *recordsDecoder) childShards(out *[]types.ChildShard) error {
 	if d.null() {
 		return nil
 	}
-	o.ChildShards = []types.ChildShard{}
+	*out = []types.ChildShard{}
 	return d.array(func() error {
 		var c types.ChildShard
 		err := d.object(func(key []byte) error {
@@ -209,7 +215,7 @@ func (d *recordsDecoder) childShards(o *kinesis.GetRecordsOutput) error {
 			}
 			return d.skip()
 		})
-		o.ChildShards = append(o.ChildShards, c)
+		*out = append(*out, c)
 		return err
 	})
 }
