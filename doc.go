@@ -147,10 +147,11 @@
 // there delivers it and what follows. A record that looks aggregated but is malformed (a bad
 // checksum, say) is reported on Errors (ErrAggregatedRecord) and counts as handled.
 //
-// kinesub decodes successful GetRecords answers itself, into the same types the SDK's decoder
-// gives, at about half its CPU; error answers and anything it does not read go to the SDK's
-// decoder, so errors are the SDK's. A record's Data may share an 8 KiB block with its
-// neighbours' (its capacity ends at its length, so appending to it copies).
+// kinesub decodes successful GetRecords answers and enhanced fan-out's SubscribeToShardEvents
+// itself, into the same types the SDK's decoder gives, at a half to a quarter of its CPU;
+// error answers, exceptions and anything it does not read go to the SDK's decoder, so errors
+// are the SDK's. A record's Data may share a block of up to 8 KiB with its neighbours' (its
+// capacity ends at its length, so appending to it copies).
 //
 // # Metrics
 //

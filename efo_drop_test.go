@@ -85,13 +85,16 @@ func isLimitExceeded(err error) bool {
 	return errors.As(err, &le)
 }
 
-// eventStreamReaders counts the goroutines that read SubscribeToShard event streams.
+// eventStreamReaders counts the goroutines that read SubscribeToShard event streams: the SDK's
+// reader, on which kinesub reads and decodes the events (the SDK's second goroutine, which
+// passes on what kinesub leaves to the SDK, may not have run yet: its stack would not say
+// what it is).
 func eventStreamReaders() int {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
 		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "subscribeToShardEventStreamReader).pipe")
+			return strings.Count(string(buf[:n]), "(*EventStreamReader).readEventStream(")
 		}
 		buf = make([]byte, 2*len(buf))
 	}
