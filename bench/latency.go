@@ -85,8 +85,12 @@ func (wl latencyWorkload) run(ctx context.Context, child *childServer, stream st
 	}
 	type result struct{ p50, p99, cpu []float64 }
 	results := make([]result, len(modes))
+	var floors []float64
 	for round := range *pairs {
 		line := fmt.Sprintf("  round %d:", round+1)
+		floor := wakeFloor(wl)
+		floors = append(floors, floor)
+		line += fmt.Sprintf(" | wake floor %.1f µs", floor/1e3)
 		for i, m := range modes {
 			prof := ""
 			if *latencyProfile != "" && round == 0 {
@@ -113,6 +117,12 @@ func (wl latencyWorkload) run(ctx context.Context, child *childServer, stream st
 	if goals {
 		goal = fmt.Sprintf("  goal ≥ 5: %s", verdict(speedup >= 5))
 	}
+	fmt.Printf("  wake floor             CPU/record %6.1f µs (no I/O: a goroutine woken as often as fan-out receives events)\n", median(floors)/1e3)
+	var above []float64
+	for r := range results[0].cpu {
+		above = append(above, results[0].cpu[r]-floors[r])
+	}
+	fmt.Printf("  fan-out above the floor           %6.1f µs a record\n", median(above)/1e3)
 	fmt.Printf("  p50 poll 1s ÷ fan-out  %6.1f%s\n", speedup, goal)
 	for i := 1; i < len(modes); i++ {
 		// The ratio of each round's passes, then their median: the passes of a round ran
@@ -194,6 +204,32 @@ func latencyPass(ctx context.Context, child *childServer, stream string, wl late
 		return nil, 0, err
 	}
 	return lat, cpu, nil
+}
+
+// wakeFloor returns the CPU time per record, in ns, of this process being woken as often as
+// fan-out receives the workload's events, with no I/O at all: a timer every wl.gap wakes a
+// goroutine that hands a value to another over a channel, for as many events as a pass has.
+// Whatever a process does per event, it pays this at least: on a virtual machine the wake
+// itself (timer, scheduler, threads leaving and entering idle) can cost far more than the work.
+func wakeFloor(wl latencyWorkload) float64 {
+	events := max(*latencyRecords/wl.batch, 1)
+	ch := make(chan int)
+	done := make(chan struct{})
+	go func() { // owned by wakeFloor, which waits for it below
+		for range ch {
+		}
+		close(done)
+	}()
+	cpu0 := cpuTime()
+	t := time.NewTicker(wl.gap)
+	for i := range events {
+		<-t.C
+		ch <- i
+	}
+	t.Stop()
+	close(ch)
+	<-done
+	return float64(cpuTime()-cpu0) / float64(events*wl.batch)
 }
 
 func percentile(xs []float64, p float64) float64 {
