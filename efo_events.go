@@ -47,6 +47,15 @@ type eventsProtocol struct {
 // carries a few MB at most) go to the SDK.
 const maxEventMessage = 16 << 20
 
+// eventBuffer is the read buffer of a subscription, held for its life by every shard read over
+// fan-out: room for a few small events, which are what arrive one read at a time (a message
+// larger than the buffer is read straight into its own).
+const eventBuffer = 4 << 10
+
+// maxKeptMessage bounds the message buffer kept between events: a catch-up event of a few MB
+// does not stay held for the rest of the subscription.
+const maxKeptMessage = 1 << 20
+
 // Event-stream framing: a prelude (total length, headers length, the prelude's CRC-32), the
 // headers, the payload and the CRC-32 of all that precedes it.
 const (
@@ -70,7 +79,7 @@ func fanOutEvents(events chan<- *types.SubscribeToShardEvent, done <-chan struct
 // or an error; the SubscribeToShardEvents between go to events.
 func (p *eventsProtocol) DeserializeEventMessage(schema *smithy.Schema, reg *smithy.TypeRegistry, r io.Reader) (smithy.Deserializable, error) {
 	if p.stream == nil {
-		p.stream, p.br = r, bufio.NewReaderSize(r, 16<<10)
+		p.stream, p.br = r, bufio.NewReaderSize(r, eventBuffer)
 	} else if p.stream != r {
 		// Not the stream it buffers: nothing it knows how to share, so the SDK reads it.
 		return p.ClientProtocol.DeserializeEventMessage(schema, reg, r)
@@ -91,6 +100,9 @@ func (p *eventsProtocol) DeserializeEventMessage(schema *smithy.Schema, reg *smi
 			return out, err
 		}
 		ev := decodeEventMessage(raw)
+		if cap(p.msg) > maxKeptMessage {
+			p.msg = nil // raw stays readable below: only the reference is dropped
+		}
 		if ev == nil {
 			out, err := p.ClientProtocol.DeserializeEventMessage(schema, reg, bytes.NewReader(raw))
 			p.passed = err == nil

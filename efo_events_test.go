@@ -205,6 +205,32 @@ func TestEventsFallBack(t *testing.T) {
 	}
 }
 
+// TestEventsLarge: events larger than the read buffer and than the buffer kept between events
+// decode as the SDK's, and so do the small ones after them.
+func TestEventsLarge(t *testing.T) {
+	event := func(records int) []byte {
+		var b strings.Builder
+		b.WriteString(`{"Records":[`)
+		for i := range records {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, `{"SequenceNumber":"%d","PartitionKey":"k","Data":"%s"}`, i, strings.Repeat("QUFB", 128))
+		}
+		fmt.Fprintf(&b, `],"ContinuationSequenceNumber":"%d","MillisBehindLatest":0}`, records)
+		return shardEvent(t, b.String())
+	}
+	big, mid := event(3000), event(30)
+	require.Greater(t, len(big), maxKeptMessage)
+	require.Greater(t, len(mid), eventBuffer)
+	small := shardEvent(t, `{"Records":[],"ContinuationSequenceNumber":"3000","MillisBehindLatest":0}`)
+	sdk, ours := readBoth(t, big, small, big, mid, small)
+	require.NoError(t, sdk.err)
+	requireSame(t, sdk, ours)
+	require.Len(t, sdk.events, 5)
+	require.Equal(t, 5, ours.fast)
+}
+
 // TestEventsFastPathTaken: kinesub decodes ordinary events itself, and the SDK's channel stays
 // idle until the stream ends.
 func TestEventsFastPathTaken(t *testing.T) {
