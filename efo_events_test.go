@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/kinesistest"
 )
 
 // eventMessage encodes one event-stream message with the given headers (name, value pairs)
@@ -229,6 +231,50 @@ func TestEventsLarge(t *testing.T) {
 	requireSame(t, sdk, ours)
 	require.Len(t, sdk.events, 5)
 	require.Equal(t, 5, ours.fast)
+}
+
+// TestEventsOverHTTP2: against kinesistest, over TLS and HTTP/2 with the SDK's own transport,
+// the events of a subscription come through kinesub's decoding, records and continuations
+// intact, and ending the subscription ends the SDK's reader.
+func TestEventsOverHTTP2(t *testing.T) {
+	s, srv := newFanOutStream(t, 1, kinesistest.WithStatusDelay(0))
+	reg, err := s.c.RegisterStreamConsumer(context.Background(), &kinesis.RegisterStreamConsumerInput{
+		StreamARN: aws.String(streamARN(t, s)), ConsumerName: aws.String("events")})
+	require.NoError(t, err)
+	s.publish(20, 2)
+	fast, stop := make(chan *types.SubscribeToShardEvent), make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, err := s.c.SubscribeToShard(ctx, &kinesis.SubscribeToShardInput{ConsumerARN: reg.Consumer.ConsumerARN,
+		ShardId: aws.String(s.shardIDs()[0]), StartingPosition: &types.StartingPosition{Type: types.ShardIteratorTypeTrimHorizon}},
+		fanOutEvents(fast, stop))
+	require.NoError(t, err)
+	var got []string
+	last := ""
+	timeout := time.After(10 * time.Second) // a failure bound only
+	for len(got) < 20 {
+		select {
+		case ev := <-fast:
+			for _, r := range ev.Records {
+				got = append(got, string(r.Data))
+				last = aws.ToString(r.SequenceNumber)
+			}
+			if len(ev.Records) > 0 {
+				require.Equal(t, last, aws.ToString(ev.ContinuationSequenceNumber))
+			}
+		case ev, ok := <-out.GetStream().Events():
+			t.Fatalf("an event left to the SDK: %T %v (stream error: %v)", ev, ok, out.GetStream().Err())
+		case <-timeout:
+			t.Fatalf("%d of 20 records", len(got))
+		}
+	}
+	require.Len(t, got, 20)
+	close(stop)
+	cancel()
+	_ = out.GetStream().Close()
+	eventually(t, 10*time.Second, "the subscription and its reader ended", func() bool {
+		return srv.Subscriptions() == 0 && eventStreamReaders() == 0
+	})
 }
 
 // TestEventsFastPathTaken: kinesub decodes ordinary events itself, and the SDK's channel stays
