@@ -220,25 +220,7 @@ func decodeEvent(payload []byte, ev *types.SubscribeToShardEvent) error {
 	// the payload, not to a page.
 	size := min(len(payload), arenaBlock)
 	d := &recordsDecoder{b: payload, str: arena{size: size}, dat: arena{size: size}, recordsHint: min(1+len(payload)/256, 64)}
-	if err := d.object(func(key []byte) error {
-		switch string(key) {
-		case "Records":
-			return d.records(&ev.Records)
-		case "ContinuationSequenceNumber":
-			return d.optString(&ev.ContinuationSequenceNumber)
-		case "MillisBehindLatest":
-			return d.optInt64(&ev.MillisBehindLatest)
-		case "ChildShards":
-			return d.childShards(&ev.ChildShards)
-		}
-		return d.skip()
-	}); err != nil {
-		return err
-	}
-	if d.ws(); d.i != len(d.b) {
-		return errNotRecords
-	}
-	return nil
+	return d.page(&ev.Records, "ContinuationSequenceNumber", &ev.ContinuationSequenceNumber, &ev.MillisBehindLatest, &ev.ChildShards)
 }
 
 // errReader returns err on every read.

@@ -93,16 +93,22 @@ type recordsDecoder struct {
 // decodeRecords decodes a GetRecords answer's JSON body into o, as the SDK would.
 func decodeRecords(body []byte, o *kinesis.GetRecordsOutput) error {
 	d := &recordsDecoder{b: body}
+	return d.page(&o.Records, "NextShardIterator", &o.NextShardIterator, &o.MillisBehindLatest, &o.ChildShards)
+}
+
+// page decodes the whole input as a page of records: a GetRecords answer or a
+// SubscribeToShardEvent, whose member named position says where reading goes on.
+func (d *recordsDecoder) page(records *[]types.Record, position string, at **string, behind **int64, children *[]types.ChildShard) error {
 	if err := d.object(func(key []byte) error {
 		switch string(key) {
 		case "Records":
-			return d.records(&o.Records)
-		case "NextShardIterator":
-			return d.optString(&o.NextShardIterator)
+			return d.records(records)
+		case position:
+			return d.optString(at)
 		case "MillisBehindLatest":
-			return d.optInt64(&o.MillisBehindLatest)
+			return d.optInt64(behind)
 		case "ChildShards":
-			return d.childShards(&o.ChildShards)
+			return d.childShards(children)
 		}
 		return d.skip()
 	}); err != nil {
