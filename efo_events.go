@@ -116,8 +116,8 @@ func (p *eventsProtocol) DeserializeEventMessage(schema *smithy.Schema, reg *smi
 	}
 }
 
-// read reads the next message. whole is false, with the prelude read, when the prelude is
-// one read leaves to the SDK: a bad checksum, impossible or outsized lengths.
+// read reads the next message. A prelude it leaves to the SDK (a bad checksum, impossible or
+// outsized lengths) it returns alone, with whole false; on a read error, what it read.
 func (p *eventsProtocol) read() (raw []byte, whole bool, err error) {
 	var pre [eventPrelude]byte
 	if n, err := io.ReadFull(p.br, pre[:]); err != nil {
