@@ -42,10 +42,9 @@ type fanOut struct {
 	events   *kinesis.SubscribeToShardEventStream // nil: no live subscription
 	cancel   context.CancelFunc                   // ends events' request
 	// fast carries the subscription's SubscribeToShardEvents that kinesub decodes itself
-	// (efo_events.go); the rest, and the stream's end, come through events. Closing stop ends
-	// the hand-over.
+	// (efo_events.go); the rest, and the stream's end, come through events. cancel ends the
+	// hand-over too.
 	fast chan *types.SubscribeToShardEvent
-	stop chan struct{}
 
 	stall    *time.Timer    // the stall deadline of the current wait for an event
 	held     []types.Record // records of the last event not yet returned
@@ -208,16 +207,15 @@ func (f *fanOut) subscribe(ctx context.Context) error {
 	if f.fresh != nil {
 		client = f.fresh()
 	}
-	fast, stop := make(chan *types.SubscribeToShardEvent), make(chan struct{})
+	fast := make(chan *types.SubscribeToShardEvent)
 	out, err := client.SubscribeToShard(sctx, &kinesis.SubscribeToShardInput{
 		ConsumerARN: aws.String(f.consumerARN), ShardId: aws.String(f.shard),
 		StartingPosition: &types.StartingPosition{Type: in.ShardIteratorType, SequenceNumber: in.StartingSequenceNumber, Timestamp: in.Timestamp},
-	}, noRetry, fanOutEvents(fast, stop))
+	}, noRetry, fanOutEvents(fast, sctx.Done()))
 	// The service counted the call somewhere between its sending and its answer: the next one,
 	// a second after the answer, is a second after it there too, however long the trip.
 	f.lastCall = time.Now()
 	if !timedOut.Stop() {
-		close(stop)
 		if err == nil {
 			_ = out.GetStream().Close()
 		}
@@ -225,7 +223,6 @@ func (f *fanOut) subscribe(ctx context.Context) error {
 		return &sourceError{op: OpSubscribeToShard, err: fmt.Errorf("no initial response within %v: %w", f.timeout, context.DeadlineExceeded)}
 	}
 	if err != nil {
-		close(stop)
 		cancel()
 		var nf *types.ResourceNotFoundException
 		if errors.As(err, &nf) {
@@ -234,7 +231,7 @@ func (f *fanOut) subscribe(ctx context.Context) error {
 		}
 		return &sourceError{op: OpSubscribeToShard, err: err}
 	}
-	f.events, f.cancel, f.fast, f.stop = out.GetStream(), cancel, fast, stop
+	f.events, f.cancel, f.fast = out.GetStream(), cancel, fast
 	return nil
 }
 
@@ -243,10 +240,9 @@ func (f *fanOut) end() {
 	if f.events == nil {
 		return
 	}
-	close(f.stop)
 	f.cancel()
 	_ = f.events.Close()
-	f.events, f.cancel, f.fast, f.stop = nil, nil, nil, nil
+	f.events, f.cancel, f.fast = nil, nil, nil
 }
 
 func (f *fanOut) close() { f.end() }

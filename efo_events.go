@@ -33,7 +33,7 @@ import (
 type eventsProtocol struct {
 	smithyhttp.ClientProtocol
 	events chan<- *types.SubscribeToShardEvent
-	done   <-chan struct{} // closed when the subscription is ended: stop handing events over
+	done   <-chan struct{} // the request's context's: closed when the subscription is ended
 
 	stream io.Reader     // the event stream, as the SDK's reader passes it
 	br     *bufio.Reader // reads stream: a message costs one read of the HTTP/2 body, not ten
@@ -87,26 +87,28 @@ func (p *eventsProtocol) DeserializeEventMessage(schema *smithy.Schema, reg *smi
 	if p.passed {
 		return p.ClientProtocol.DeserializeEventMessage(schema, reg, p.br)
 	}
+	// sdk gives the SDK's protocol what was read, followed by rest.
+	sdk := func(raw []byte, rest io.Reader) (smithy.Deserializable, error) {
+		out, err := p.ClientProtocol.DeserializeEventMessage(schema, reg, io.MultiReader(bytes.NewReader(raw), rest))
+		p.passed = err == nil
+		return out, err
+	}
 	for {
 		raw, whole, err := p.read()
 		switch {
 		case err != nil:
 			// The SDK reads the same bytes and meets the same error: its EOF, its message.
-			return p.ClientProtocol.DeserializeEventMessage(schema, reg, io.MultiReader(bytes.NewReader(raw), errReader{err}))
+			return sdk(raw, errReader{err})
 		case !whole:
 			// A prelude it does not trust: the SDK reads on from it.
-			out, err := p.ClientProtocol.DeserializeEventMessage(schema, reg, io.MultiReader(bytes.NewReader(raw), p.br))
-			p.passed = err == nil
-			return out, err
+			return sdk(raw, p.br)
 		}
 		ev := decodeEventMessage(raw)
 		if cap(p.msg) > maxKeptMessage {
 			p.msg = nil // raw stays readable below: only the reference is dropped
 		}
 		if ev == nil {
-			out, err := p.ClientProtocol.DeserializeEventMessage(schema, reg, bytes.NewReader(raw))
-			p.passed = err == nil
-			return out, err
+			return sdk(raw, errReader{io.EOF}) // a whole message: all the SDK reads
 		}
 		select {
 		case p.events <- ev:
@@ -149,7 +151,7 @@ func decodeEventMessage(raw []byte) *types.SubscribeToShardEvent {
 	}
 	headersEnd := eventPrelude + int(binary.BigEndian.Uint32(raw[4:8]))
 	msgType, eventType, ok := eventHeaders(raw[eventPrelude:headersEnd])
-	if !ok || msgType != "event" || eventType != "SubscribeToShardEvent" {
+	if !ok || string(msgType) != "event" || string(eventType) != "SubscribeToShardEvent" {
 		return nil
 	}
 	payload := raw[headersEnd:end]
@@ -164,12 +166,13 @@ func decodeEventMessage(raw []byte) *types.SubscribeToShardEvent {
 }
 
 // eventHeaders returns the message and event types of a message's headers (the last of each,
-// as the SDK keeps), and false for headers it cannot read or whose types are not strings.
-func eventHeaders(h []byte) (msgType, eventType string, ok bool) {
+// as the SDK keeps; slices of h), and false for headers it cannot read or whose types are not
+// strings.
+func eventHeaders(h []byte) (msgType, eventType []byte, ok bool) {
 	for len(h) > 0 {
 		n := int(h[0])
 		if len(h) < 1+n+1 {
-			return "", "", false
+			return nil, nil, false
 		}
 		name, kind := h[1:1+n], h[1+n]
 		h = h[2+n:]
@@ -188,26 +191,26 @@ func eventHeaders(h []byte) (msgType, eventType string, ok bool) {
 			size = 16
 		case 6, 7: // bytes, string: a 2-byte length first
 			if len(h) < 2 {
-				return "", "", false
+				return nil, nil, false
 			}
 			size = 2 + int(binary.BigEndian.Uint16(h))
 		default:
-			return "", "", false
+			return nil, nil, false
 		}
 		if len(h) < size {
-			return "", "", false
+			return nil, nil, false
 		}
 		value := h[:size]
 		h = h[size:]
 		switch string(name) {
 		case ":message-type", ":event-type":
 			if kind != 7 {
-				return "", "", false
+				return nil, nil, false
 			}
 			if string(name) == ":message-type" {
-				msgType = string(value[2:])
+				msgType = value[2:]
 			} else {
-				eventType = string(value[2:])
+				eventType = value[2:]
 			}
 		}
 	}
