@@ -2,6 +2,7 @@
 // Usage: node kinesalite.js <port>
 'use strict'
 const guard = require('./guard')
+require('./attimestamp') // before kinesalite loads its actions
 const port = Number(process.argv[2] || 4567)
 const server = require('kinesalite')({
   createStreamMs: 0,
