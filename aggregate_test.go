@@ -105,9 +105,9 @@ func TestAggregatedRecordsDelivered(t *testing.T) {
 	require.NoError(t, sub.Commit(ctx))
 	shard := got[0].ShardID()
 	l := readLease(t, store, s.name, shard)
-	require.Equal(t, []any{aggSeq, int64(2)}, []any{l.Checkpoint, l.SubSequence}, "two user records of the aggregate handled (plain was %s)", before)
+	require.Equal(t, []any{aggSeq, int64(2)}, []any{l.Checkpoint.Sequence, l.Checkpoint.SubSequence}, "two user records of the aggregate handled (plain was %s)", before)
 	require.NoError(t, got[3].Ack(ctx))
 	require.NoError(t, sub.Commit(ctx))
 	l = readLease(t, store, s.name, shard)
-	require.Equal(t, []any{aggSeq, int64(0)}, []any{l.Checkpoint, l.SubSequence}, "the whole aggregate handled")
+	require.Equal(t, []any{aggSeq, int64(0)}, []any{l.Checkpoint.Sequence, l.Checkpoint.SubSequence}, "the whole aggregate handled")
 }

@@ -137,7 +137,7 @@ func TestStreamARNOnEveryCall(t *testing.T) {
 	for _, l := range leases {
 		require.True(t, strings.HasPrefix(l.Key, "orders/"), "lease key %q is not keyed by the stream's name", l.Key)
 	}
-	require.NotEmpty(t, readLease(t, store, "orders", got[0].ShardID()).Checkpoint)
+	require.NotEmpty(t, readLease(t, store, "orders", got[0].ShardID()).Checkpoint.Sequence)
 
 	p, err := newPublisher(c, arn)
 	require.NoError(t, err)

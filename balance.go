@@ -27,17 +27,6 @@ import (
 //     more above the floor. Never from an owner above the ceiling whose heartbeat is live: it
 //     hands back its excess itself, without a steal's wait and replay.
 
-// localState is what this subscriber's worker for a shard is doing.
-type localState uint8
-
-const (
-	localReading  localState = iota + 1 // reading, or about to
-	localStarting                       // stolen here, waiting for its previous owner to stop (stealWait)
-	localLeaving                        // being handed back
-	localEnded                          // read to its end
-	localLost                           // lease lost; the worker is stopping
-)
-
 // balanceIn is what one round of balancing decides from.
 type balanceIn struct {
 	owner    string                 // this subscriber
@@ -45,7 +34,7 @@ type balanceIn struct {
 	readable []string               // shards that may be read now, sorted
 	leases   map[string]lease.Lease // shard leases by shard id
 	beats    map[string]lease.Lease // heartbeat rows by owner
-	local    map[string]localState  // this subscriber's workers, by shard id
+	local    map[string]shardState  // the states of the shards held here, by shard id
 	taken    map[string]bool        // shards this subscriber took after the table was read
 }
 
@@ -104,7 +93,7 @@ func (in *balanceIn) lapsed(owner string) bool {
 // counted reports whether this subscriber's worker for shard id counts toward its share.
 func (in *balanceIn) counted(id string) bool {
 	st, ok := in.local[id]
-	if !ok || st == localLost {
+	if !ok || st == stateLost || st == stateReleased {
 		return false
 	}
 	o := in.leases[id].Owner
@@ -210,9 +199,9 @@ func (in *balanceIn) excess(over int, r chooser) []string {
 			continue
 		}
 		switch in.local[id] {
-		case localLeaving:
+		case stateDraining:
 			over--
-		case localReading:
+		case stateReading:
 			reading = append(reading, id)
 		}
 	}

@@ -44,7 +44,7 @@ type planCase struct {
 func (c planCase) input(t *testing.T) *balanceIn {
 	t.Helper()
 	in := &balanceIn{owner: "me", now: planNow, leases: map[string]lease.Lease{}, beats: map[string]lease.Lease{},
-		local: map[string]localState{}, taken: map[string]bool{}}
+		local: map[string]shardState{}, taken: map[string]bool{}}
 	tokens := strings.Fields(c.table)
 	for i, tok := range tokens {
 		id := fmt.Sprintf("s%02d", i)
@@ -78,7 +78,7 @@ func (c planCase) input(t *testing.T) *balanceIn {
 	if c.local != "" {
 		require.Len(t, c.local, len(tokens), "local")
 	}
-	states := map[byte]localState{'R': localReading, 'S': localStarting, 'L': localLeaving, 'E': localEnded, 'X': localLost}
+	states := map[byte]shardState{'R': stateReading, 'S': stateStarting, 'L': stateDraining, 'E': stateEnded, 'X': stateLost}
 	for i := range c.local {
 		if c.local[i] != '.' {
 			st, ok := states[c.local[i]]
@@ -239,7 +239,7 @@ const (
 // simOwner is one subscriber in the simulation.
 type simOwner struct {
 	name     string
-	local    map[string]localState
+	local    map[string]shardState
 	starting map[string]int // rounds left before a stolen shard is read
 	wasLive  map[string]bool
 	phase    int // its balance rounds come when (round+phase)%simBalanceEvery == 0
@@ -283,7 +283,7 @@ func (s *planSim) running() []*simOwner {
 func (s *planSim) join() {
 	s.named++
 	name := fmt.Sprintf("o%d", s.named)
-	s.owners[name] = &simOwner{name: name, local: map[string]localState{}, starting: map[string]int{}, phase: s.r.IntN(simBalanceEvery)}
+	s.owners[name] = &simOwner{name: name, local: map[string]shardState{}, starting: map[string]int{}, phase: s.r.IntN(simBalanceEvery)}
 }
 
 // leave closes an owner cleanly: its leases and heartbeat are released.
@@ -340,13 +340,13 @@ func (s *planSim) keep(o *simOwner) {
 			continue
 		}
 		switch o.local[id] {
-		case localLeaving:
+		case stateDraining:
 			s.write(id, "", s.leases[id].Expiry)
 			delete(o.local, id)
 			continue
-		case localStarting:
+		case stateStarting:
 			if o.starting[id]--; o.starting[id] == 0 {
-				o.local[id] = localReading
+				o.local[id] = stateReading
 			}
 		}
 		s.write(id, o.name, s.now.Add(simTTL))
@@ -360,7 +360,7 @@ func (s *planSim) claim(o *simOwner, in *balanceIn) {
 			continue // another owner took it first
 		}
 		s.write(id, o.name, s.now.Add(simTTL))
-		o.local[id] = localReading
+		o.local[id] = stateReading
 		in.taken[id] = true
 	}
 	in.local = maps.Clone(o.local)
@@ -369,8 +369,8 @@ func (s *planSim) claim(o *simOwner, in *balanceIn) {
 	for _, id := range p.handBack {
 		// Only a shard it reads: one it stole and does not read yet could be read by the next
 		// owner while the one it was stolen from still reads it.
-		require.Equal(s.t, localReading, o.local[id], "%s hands back %s\n%v", o.name, id, s)
-		o.local[id] = localLeaving
+		require.Equal(s.t, stateReading, o.local[id], "%s hands back %s\n%v", o.name, id, s)
+		o.local[id] = stateDraining
 	}
 	if p.steal != "" {
 		l := s.leases[p.steal]
@@ -378,7 +378,7 @@ func (s *planSim) claim(o *simOwner, in *balanceIn) {
 	}
 	if p.steal != "" && s.leases[p.steal].Counter == p.counter {
 		s.write(p.steal, o.name, s.now.Add(simTTL))
-		o.local[p.steal] = localStarting
+		o.local[p.steal] = stateStarting
 		o.starting[p.steal] = simStealWait
 	}
 }
@@ -407,7 +407,7 @@ func (s *planSim) fair() bool {
 	for _, id := range s.shards {
 		l := s.leases[id]
 		o := s.owners[l.Owner]
-		if o == nil || !l.Held(s.now) || o.local[id] != localReading {
+		if o == nil || !l.Held(s.now) || o.local[id] != stateReading {
 			return false
 		}
 		per[l.Owner]++

@@ -211,9 +211,7 @@ func benchSubscribe(b testing.TB, f *pageKinesis, opts ...Option) *Subscriber {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		sub.mu.Lock()
-		n := len(sub.workers)
-		sub.mu.Unlock()
+		n := len(heldShards(sub))
 		if n == benchShards {
 			return sub
 		}

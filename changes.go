@@ -12,7 +12,7 @@ import (
 // Reading the lease table only when it changed.
 //
 // Every stream keeps a change row in the lease table, "<stream>/~table/changes", whose counter
-// every subscriber bumps after it releases a lease (Close, a hand-back, a finished shard),
+// every subscriber moves after it releases a lease (Close, a hand-back, a finished shard),
 // steals one, or joins (its heartbeat row taken anew). Each claim tick a subscriber reads that
 // one row (eventually consistent where the store can: lease.WeakReader); it reads all of the
 // stream's rows (a claim round) only when the counter moved, when the listing of shards
@@ -35,7 +35,7 @@ import (
 // they leave alone.
 const changesRow = "~table/changes"
 
-// changeHold is how long a bump holds the change row between its two writes.
+// changeHold is how long a bump holds the change row: nothing waits for it.
 const changeHold = time.Second
 
 // changeRow bumps the stream's change row. Bumps that arrive while one is being written are
@@ -53,17 +53,17 @@ type changeRow struct {
 	again   bool // another was asked for meanwhile
 }
 
-// newChangeRow returns the change row of stream, or nil when store (the user's, unmetered)
-// cannot list one stream's rows alone (lease.PrefixLister): then every claim tick reads the
-// whole store. Its reads and listings go through metered, the same store
-// with metrics.
-func newChangeRow(store lease.Store, metered meteredStore, stream string) *changeRow {
-	if _, ok := store.(lease.PrefixLister); !ok {
+// newChangeRow returns the change row of stream, or nil when store (narrowed: see
+// meteredStore.narrowed) cannot list one stream's rows alone (lease.PrefixLister): then every
+// claim tick reads the whole store.
+func newChangeRow(store lease.Store, stream string) *changeRow {
+	lister, ok := store.(lease.PrefixLister)
+	if !ok {
 		return nil
 	}
-	c := &changeRow{key: stream + "/" + changesRow, lister: metered, read: metered.Read}
-	if _, ok := store.(lease.WeakReader); ok {
-		c.read = metered.ReadWeak
+	c := &changeRow{key: stream + "/" + changesRow, lister: lister, read: store.Read}
+	if weak, ok := store.(lease.WeakReader); ok {
+		c.read = weak.ReadWeak
 	}
 	return c
 }
@@ -97,16 +97,20 @@ func (s *Subscriber) changed(ctx context.Context) {
 	}
 }
 
-// bumpChanges takes the change row and releases it: each write bumps its counter. When a
-// peer holds it, the peer's release is still to come and moves the counter after this
-// change, which is all a bump must ensure.
+// bumpChanges moves the change row's counter: it reads the row and takes it over at the
+// counter it read (or creates it). When that write fails, a peer moved the counter after the
+// read, so after this change, which is all a bump must ensure.
 func (s *Subscriber) bumpChanges(ctx context.Context) {
 	c := s.changes
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
-	ok, err := s.cfg.store.Acquire(cctx, c.key, s.cfg.owner, changeHold)
-	if err == nil && ok {
-		err = s.cfg.store.Release(cctx, c.key, s.cfg.owner)
+	l, err := s.cfg.store.Read(cctx, c.key)
+	if err == nil {
+		if l.Counter == 0 {
+			_, err = s.cfg.store.Acquire(cctx, c.key, s.cfg.owner, changeHold)
+		} else {
+			_, err = s.cfg.store.Steal(cctx, c.key, s.cfg.owner, l.Counter, changeHold)
+		}
 	}
 	if err != nil && ctx.Err() == nil {
 		s.log.Warn("change row not bumped; peers notice at their next balance round", "err", err)

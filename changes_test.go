@@ -166,25 +166,25 @@ func (c *crashable) ListPrefix(ctx context.Context, prefix string) ([]lease.Leas
 	return c.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
 }
 
-func (c *crashable) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (c *crashable) Renew(ctx context.Context, key string, h lease.Tenure, ttl time.Duration) (bool, error) {
 	if c.down.Load() {
 		return false, errCrashed
 	}
-	return c.Store.Renew(ctx, key, owner, ttl)
+	return c.Store.Renew(ctx, key, h, ttl)
 }
 
-func (c *crashable) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
+func (c *crashable) Checkpoint(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint) (bool, error) {
 	if c.down.Load() {
 		return false, errCrashed
 	}
-	return c.Store.Checkpoint(ctx, key, owner, seq, sub)
+	return c.Store.Checkpoint(ctx, key, h, cp)
 }
 
-func (c *crashable) Release(ctx context.Context, key, owner string) error {
+func (c *crashable) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
 	if c.down.Load() {
-		return errCrashed
+		return false, errCrashed
 	}
-	return c.Store.Release(ctx, key, owner)
+	return c.Store.Release(ctx, key, h)
 }
 
 // TestCrashNoticedThroughPeerWatch: of two subscribers sharing 4 shards, one crashes. The other

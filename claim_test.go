@@ -84,13 +84,13 @@ func (c *stealClock) Steal(ctx context.Context, key, owner string, counter int64
 	return ok, err
 }
 
-func (c *stealClock) Release(ctx context.Context, key, owner string) error {
+func (c *stealClock) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
 	c.mu.Lock()
-	if at, ok := c.stole[key]; ok && owner == c.owner && time.Since(at) < stealWait(c.ttl) {
+	if at, ok := c.stole[key]; ok && h.Owner == c.owner && time.Since(at) < stealWait(c.ttl) {
 		c.early = append(c.early, key)
 	}
 	c.mu.Unlock()
-	return c.Store.Release(ctx, key, owner)
+	return c.Store.Release(ctx, key, h)
 }
 
 // ghostStream is a fake stream of n shards whose leases an owner with no heartbeat ("ghost")

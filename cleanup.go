@@ -3,7 +3,6 @@ package kinesub
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/gostream/kinesub/lease"
 )
@@ -26,39 +25,36 @@ const cleanupGrace = 3
 // Every subscriber of the stream runs this after each shard-sync round, on the leases its
 // claim just read (v). Deletes are conditional on the counter seen there, so of several
 // subscribers one succeeds, and a row that changed meanwhile is left.
-func (s *Subscriber) cleanup(ctx context.Context, v *view) {
+func (c *coordinator) cleanup(ctx context.Context, v *view) {
 	if v == nil {
 		return
 	}
+	s := c.s
 	type doomed struct {
 		shard, owner string // one of them: a shard's lease or an owner's heartbeat
 		counter      int64
 	}
 	var del []doomed
-	s.mu.Lock()
-	if s.gone == nil {
-		s.gone = make(map[string]time.Time)
-	}
-	for id := range s.gone {
+	listing, listedAt := s.table.lastListing()
+	for id := range c.gone {
 		if _, ok := v.leases[id]; !ok {
-			delete(s.gone, id)
+			delete(c.gone, id)
 		}
 	}
 	for id, l := range v.leases {
-		if _, listed := s.shards[id]; listed || l.Checkpoint != lease.ShardEnd || l.Held(v.now) {
-			delete(s.gone, id)
+		if _, listed := listing[id]; listed || l.Checkpoint.Sequence != lease.ShardEnd || l.Held(v.now) {
+			delete(c.gone, id)
 			continue
 		}
-		since, ok := s.gone[id]
+		since, ok := c.gone[id]
 		if !ok {
-			s.gone[id] = s.listedAt
+			c.gone[id] = listedAt
 			continue
 		}
-		if s.listedAt.Sub(since) >= cleanupGrace*s.cfg.shardSyncInterval {
+		if listedAt.Sub(since) >= cleanupGrace*s.cfg.shardSyncInterval {
 			del = append(del, doomed{shard: id, counter: l.Counter})
 		}
 	}
-	s.mu.Unlock()
 	for owner, l := range v.beats {
 		if owner != s.cfg.owner && !l.Held(v.now) && v.now.Sub(l.Expiry) >= staleOwnerTTLs*s.cfg.leaseTTL {
 			del = append(del, doomed{owner: owner, counter: l.Counter})
@@ -87,8 +83,6 @@ func (s *Subscriber) cleanup(ctx context.Context, v *view) {
 		case ok:
 			s.log.Info("heartbeat of a departed owner deleted", "owner", d.owner)
 		}
-		s.mu.Lock()
-		delete(s.gone, d.shard)
-		s.mu.Unlock()
+		delete(c.gone, d.shard)
 	}
 }

@@ -35,25 +35,23 @@ func testCleanupDeletesTrimmedParent(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
-	_, err := store.Checkpoint(ctx, name+"/"+held, "other", lease.ShardEnd, 0)
-	require.NoError(t, err)
-	_, err = store.Checkpoint(ctx, name+"/"+unfinished, "other", "7", 0)
-	require.NoError(t, err)
-	require.NoError(t, store.Release(ctx, name+"/"+unfinished, "other"))
+	storeCheckpoint(t, store, name+"/"+held, lease.ShardEnd)
+	storeCheckpoint(t, store, name+"/"+unfinished, "7")
+	storeRelease(t, store, name+"/"+unfinished, "other")
 
 	opts := fakeOpts(WithLeaseStore(store), WithStartAt(Horizon()))
 	sub := subscribeFake(t, f, opts...)
 	require.Equal(t, "p1", string(recv(t, sub, 1, true)[0].Data()))
 	require.Equal(t, "p2", string(recv(t, sub, 1, true)[0].Data()))
 	eventually(t, 5*time.Second, "parent finished", func() bool {
-		return readLease(t, store, name, parent).Checkpoint == lease.ShardEnd
+		return readLease(t, store, name, parent).Checkpoint.Sequence == lease.ShardEnd
 	})
 	f.add(ci, time.Now(), "c1")
 	require.Equal(t, child, recv(t, sub, 1, true)[0].ShardID())
 
 	// Listed and finished: kept however many cleanup rounds pass.
 	time.Sleep(10 * cleanupGrace * sub.cfg.shardSyncInterval)
-	require.Equal(t, lease.ShardEnd, readLease(t, store, name, parent).Checkpoint, "a listed parent's lease was deleted")
+	require.Equal(t, lease.ShardEnd, readLease(t, store, name, parent).Checkpoint.Sequence, "a listed parent's lease was deleted")
 
 	trimmed := time.Now()
 	f.trim(0)
@@ -70,20 +68,20 @@ func testCleanupDeletesTrimmedParent(t *testing.T) {
 	require.NoError(t, sub.Commit(ctx))
 	cl := readLease(t, store, name, child)
 	require.Equal(t, sub.cfg.owner, cl.Owner)
-	require.Equal(t, m.SequenceNumber(), cl.Checkpoint)
+	require.Equal(t, m.SequenceNumber(), cl.Checkpoint.Sequence)
 	st := sub.Shards()
 	require.Len(t, st, 1)
 	require.Equal(t, ShardReading, st[0].State)
 
 	h := readLease(t, store, name, held)
 	require.Equal(t, "other", h.Owner, "a held lease was deleted")
-	require.Equal(t, lease.ShardEnd, h.Checkpoint)
-	require.Equal(t, "7", readLease(t, store, name, unfinished).Checkpoint, "an unfinished shard's lease was deleted")
+	require.Equal(t, lease.ShardEnd, h.Checkpoint.Sequence)
+	require.Equal(t, "7", readLease(t, store, name, unfinished).Checkpoint.Sequence, "an unfinished shard's lease was deleted")
 
 	// The held lease was kept for being held: released, it goes too.
-	require.NoError(t, store.Release(ctx, name+"/"+held, "other"))
+	storeRelease(t, store, name+"/"+held, "other")
 	eventually(t, 5*time.Second, "the released lease deleted", func() bool {
 		return readLease(t, store, name, held).Counter == 0
 	})
-	require.Equal(t, "7", readLease(t, store, name, unfinished).Checkpoint, "an unfinished shard's lease was deleted")
+	require.Equal(t, "7", readLease(t, store, name, unfinished).Checkpoint.Sequence, "an unfinished shard's lease was deleted")
 }

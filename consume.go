@@ -24,7 +24,7 @@ import (
 func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
 	return func(yield func(*Message, error) bool) {
 		s.pull(ctx, func() bool {
-			for m := s.hand.take(); m != nil; m = s.hand.take() {
+			for m := s.del.hand.take(); m != nil; m = s.del.hand.take() {
 				s.metrics.consumed(m)
 				if !yield(m, nil) {
 					return false
@@ -42,7 +42,7 @@ func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
 func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 	return func(yield func(*Batch, error) bool) {
 		s.pull(ctx, func() bool {
-			page := s.hand.takeAll()
+			page := s.del.hand.takeAll()
 			if page == nil {
 				return true
 			}
@@ -60,14 +60,14 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 // the caller left the loop; it is called again after each new page. fail yields an error.
 func (s *Subscriber) pull(ctx context.Context, drain func() bool, fail func(error)) {
 	select {
-	case <-s.hand.token:
+	case <-s.del.hand.token:
 	default:
 		fail(ErrConsumerBusy)
 		return
 	}
-	defer func() { s.hand.token <- struct{}{} }()
+	defer func() { s.del.hand.token <- struct{}{} }()
 	for drain() {
-		if !s.hand.wait(ctx, s.done) {
+		if !s.del.hand.wait(ctx, s.done) {
 			if ctx.Err() == nil {
 				if err := s.Err(); err != nil {
 					fail(err)
@@ -105,14 +105,14 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 	n, untimed := 0, int64(0)
 	advanced := false
 	w.mu.Lock()
-	current := ms[0].pg.gen == w.gen // a batch is one page: one generation
+	current := ms[0].pg.gen == w.wmGen // a batch is one page: one generation
 	for _, m := range ms {
 		if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
 			continue
 		}
 		n++
 		if atomic.LoadInt64(&m.handed) != 0 {
-			w.stats.settled(ctx, m, false, false) // sampled for the settle-time histogram
+			w.stats.settled(ctx, m, false) // sampled for the settle-time histogram
 		} else {
 			untimed++
 		}
@@ -125,6 +125,6 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 	if w.stats != nil {
 		w.stats.acked.Add(untimed) // counted at once, as the others would be one by one
 	}
-	w.handedOut.Add(-int64(n))
+	w.out.done(int64(n))
 	return w.settled(ctx, advanced, roomy)
 }

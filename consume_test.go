@@ -96,7 +96,7 @@ func TestBatchesOneShardEach(t *testing.T) {
 		}
 		require.NoError(t, sub.Close(ctx))
 		for _, st := range []string{"shardId-000000000000", "shardId-000000000001", "shardId-000000000002"} {
-			require.Equal(t, "500", readLease(t, store, "batches", st).Checkpoint)
+			require.Equal(t, "500", readLease(t, store, "batches", st).Checkpoint.Sequence)
 		}
 		again := subscribeFake(t, f, fakeOpts(WithLeaseStore(store))...)
 		addNumbered(f, 1, 500, 1)

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,29 +15,38 @@ import (
 	"github.com/gostream/kinesub/lease"
 )
 
-const (
-	leasePoll = time.Second     // the longest wait before a released lease is noticed
-	tipSkew   = 5 * time.Second // how far back a tip's position marker reaches, for clock skew
-)
+// leasePoll is the longest wait before a released lease is noticed.
+const leasePoll = time.Second
 
-// install is a stream-wide position installed by WithStartAt or Seek: shards opened after it
-// open there.
-type install struct {
-	pos   Position
-	epoch uint64
-	known map[string]bool // shards listed when it was installed
+// coordinator lists the stream's shards, claims and balances their leases, and runs the life
+// of every shard it takes. Its fields belong to its goroutine (coordinate), except wake; what
+// others read of its work is in the shard table.
+type coordinator struct {
+	s     *Subscriber
+	wake  chan struct{}  // asks for an early claim round; safe from any goroutine
+	lives sync.WaitGroup // the life of every shard taken (shard.go); coordinate waits for them
+	live  map[string]bool
+	gone  map[string]time.Time // finished shard → first listing that lacked it (cleanup)
+	watch watch                // what the last claim round saw (changes.go)
 }
 
-// shardInfo is one shard as ListShards shows it.
-type shardInfo struct {
-	id      string
-	parents []string
-	closed  bool
+func newCoordinator(s *Subscriber) *coordinator {
+	return &coordinator{s: s, wake: make(chan struct{}, 1), gone: map[string]time.Time{}}
 }
 
-// coordinate lists shards, claims leases and balances them until the subscription stops.
-func (s *Subscriber) coordinate() {
-	defer s.readers.Done()
+// nudge asks for an early claim round.
+func (c *coordinator) nudge() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// coordinate lists shards, claims leases and balances them until the subscription stops
+// reading, then waits for every shard's life to end.
+func (c *coordinator) coordinate(ctx context.Context) {
+	defer c.lives.Wait()
+	s := c.s
 	// The change row (changes.go) is read often enough that a released lease is taken within a
 	// second; the whole table is read when it moved.
 	claimEvery := min(s.cfg.shardSyncInterval, s.cfg.leaseTTL/3, leasePoll)
@@ -49,16 +58,14 @@ func (s *Subscriber) coordinate() {
 	defer claimT.Stop()
 	defer balanceT.Stop()
 	defer beatT.Stop()
-	ctx := s.runCtx
-	var w watch
 	beat := func() {
-		if at := time.Now(); s.beat(ctx) && w.joined(at, s.cfg.leaseTTL) {
+		if at := time.Now(); s.beat(ctx) && c.watch.joined(at, s.cfg.leaseTTL) {
 			s.changed(ctx)
 		}
 	}
 	beat()
-	s.syncShards(ctx)
-	w.saw(s, s.claim(ctx, false))
+	c.syncShards(ctx)
+	c.watch.saw(s, c.claim(ctx, false))
 	for {
 		select {
 		case <-ctx.Done():
@@ -66,19 +73,19 @@ func (s *Subscriber) coordinate() {
 		case <-beatT.C:
 			beat()
 		case <-syncT.C:
-			if s.syncShards(ctx) || s.changes == nil {
-				s.cleanup(ctx, w.saw(s, s.claim(ctx, false)))
+			if c.syncShards(ctx) || s.changes == nil {
+				c.cleanup(ctx, c.watch.saw(s, c.claim(ctx, false)))
 			}
 		case <-claimT.C:
-			if w.stale(ctx, s) {
-				w.saw(s, s.claim(ctx, false))
+			if c.watch.stale(ctx, s) {
+				c.watch.saw(s, c.claim(ctx, false))
 			}
-		case <-s.wake:
-			w.saw(s, s.claim(ctx, false))
+		case <-c.wake:
+			c.watch.saw(s, c.claim(ctx, false))
 		case <-balanceT.C:
-			v := w.saw(s, s.claim(ctx, true))
+			v := c.watch.saw(s, c.claim(ctx, true))
 			if s.changes != nil {
-				s.cleanup(ctx, v)
+				c.cleanup(ctx, v)
 			}
 		}
 	}
@@ -86,7 +93,8 @@ func (s *Subscriber) coordinate() {
 
 // syncShards refreshes the shard list, and reports whether it changed: a shard appeared,
 // closed or went.
-func (s *Subscriber) syncShards(ctx context.Context) bool {
+func (c *coordinator) syncShards(ctx context.Context) bool {
+	s := c.s
 	shards, err := s.listShards(ctx)
 	if err != nil {
 		var nf *types.ResourceNotFoundException
@@ -99,23 +107,7 @@ func (s *Subscriber) syncShards(ctx context.Context) bool {
 		}
 		return false
 	}
-	s.mu.Lock()
-	changed := !s.listed || len(shards) != len(s.shards)
-	for id, info := range shards {
-		if old, ok := s.shards[id]; !ok || old.closed != info.closed {
-			changed = true
-		}
-	}
-	s.shards = shards
-	s.listed = true
-	s.listedAt = time.Now()
-	if s.installed != nil && s.installed.epoch == 1 && len(s.installed.known) == 0 && s.cfg.startAt != nil {
-		for id := range shards {
-			s.installed.known[id] = true
-		}
-	}
-	s.mu.Unlock()
-	return changed
+	return s.table.setListing(shards, time.Now())
 }
 
 func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, error) {
@@ -162,7 +154,8 @@ type view struct {
 }
 
 // look reads the stream's rows of the lease table and works out which shards can be read.
-func (s *Subscriber) look(ctx context.Context) (*view, error) {
+func (c *coordinator) look(ctx context.Context) (*view, error) {
+	s := c.s
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	var all []lease.Lease
 	var err error
@@ -192,157 +185,87 @@ func (s *Subscriber) look(ctx context.Context) (*view, error) {
 		}
 		v.leases[id] = l
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.leases, s.leasesAt = v.leases, v.now
-	atTip := s.installed == nil && s.initial().kind == posLatest || s.installed != nil && s.installed.pos.kind == posLatest
-	ids := make([]string, 0, len(s.shards))
-	for id := range s.shards {
+	s.table.sawLeases(v)
+	return v, nil
+}
+
+// sawLeases records the leases of round v, and works out which shards v may read: not
+// finished, and every parent done.
+func (t *shardTable) sawLeases(v *view) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.leases, t.leasesAt = v.leases, v.now
+	ids := make([]string, 0, len(t.listing))
+	for id := range t.listing {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		if v.leases[id].Checkpoint == lease.ShardEnd {
-			s.finished[id] = true
-			delete(s.waiting, id)
+		if v.leases[id].Checkpoint.Sequence == lease.ShardEnd {
+			t.finished[id] = true
+			delete(t.waiting, id)
 			continue
 		}
-		if p := s.blockingParent(v, id, atTip); p != "" {
-			s.waiting[id] = p
+		if p := t.blockingParent(v, id); p != "" {
+			t.waiting[id] = p
 			continue
 		}
-		delete(s.waiting, id)
+		delete(t.waiting, id)
 		v.readable = append(v.readable, id)
 	}
-	return v, nil
 }
 
 // blockingParent returns a parent of shard id that is not yet done, or "". A parent is done
-// when it was read to its end (SHARD_END), when it is gone from the listing (trimmed), or, for
-// a subscription starting at the tip, when it is closed and nobody ever leased it: reading it
-// from the tip would yield nothing.
-func (s *Subscriber) blockingParent(v *view, id string, atTip bool) string {
-	for _, p := range s.shards[id].parents {
-		pl := v.leases[p]
-		info, listed := s.shards[p]
-		switch {
-		case pl.Checkpoint == lease.ShardEnd, !listed:
-		case atTip && info.closed && pl.Checkpoint == "" && pl.Owner == "" && pl.Counter == 0:
-		default:
+// when it was read to its end (SHARD_END) or when it is gone from the listing (trimmed).
+// Called with the table's lock held.
+func (t *shardTable) blockingParent(v *view, id string) string {
+	for _, p := range t.listing[id].parents {
+		if _, listed := t.listing[p]; listed && v.leases[p].Checkpoint.Sequence != lease.ShardEnd {
 			return p
 		}
 	}
 	return ""
 }
 
-// startWorker registers the shard's worker and starts its reader and lease keeper. The start
-// position is chosen under the same lock that a stream-wide Seek installs under, so a reader
-// either opens at a new installed position or is moved by the seek.
-//
-// A stolen shard's reader waits stealWait first, so that the previous owner has stopped
-// reading, even one whose renewals fail or hang, and the two never read the shard at once.
-func (s *Subscriber) startWorker(id string, l lease.Lease, acquired time.Time, stolen bool) bool {
-	s.mu.Lock()
-	if s.closed || s.workers[id] != nil {
-		s.mu.Unlock()
-		s.dropTaken(id, stolen)
+// start registers the shard of lease l, just taken, and starts its life, reporting whether it
+// did; acquired is when the taking write was sent. A stolen shard's reader waits stealWait
+// first, so that the previous owner has stopped reading, even one whose renewals fail or hang,
+// and the two never read the shard at once.
+func (c *coordinator) start(id string, l lease.Lease, acquired time.Time, stolen bool) bool {
+	s := c.s
+	w := newWorker(s.env, id, l, acquired, stolen)
+	if !s.table.register(w, l.Checkpoint, s.initial()) {
+		w.cancelRead()
+		s.dropTaken(id, l.Tenure(), stolen)
 		return false
 	}
-	w := newWorker(s, id, acquired)
-	w.setWritten(l.Checkpoint, int(l.SubSequence))
-	if stolen {
-		w.startDelay = stealWait(s.cfg.leaseTTL)
-		w.starting.Store(true)
-	}
-	pos := s.startInput(id, l.Checkpoint, l.SubSequence)
-	w.start, w.startCkpt = pos, pos.kind == posAfter
-	w.readCtx, w.cancelRead = context.WithCancel(s.runCtx)
-	s.workers[id] = w
-	delete(s.waiting, id)
-	s.mu.Unlock()
-	if l.Checkpoint == "" {
+	if l.Checkpoint.Sequence == "" {
+		pos := w.start
 		w.markAt = &pos // the reader records where it opened (see reader.mark)
 	}
-	w.log.Info("lease taken", "checkpoint", l.Checkpoint, "start", w.start.String())
+	w.log.Info("lease taken", "checkpoint", l.Checkpoint.Sequence, "start", w.start.String())
 	s.metrics.leaseTaken(id, stolen)
-	// Both are owned by the subscriber: Close waits for the reader (readers) before it retires
-	// the shard, and for the keeper (keepers) before it closes Errors.
-	s.readers.Add(1)
-	s.keepers.Add(1)
-	go w.keep()
-	go w.run()
+	c.lives.Add(1)
+	go func() { // owned by the coordinator, which waits for it (lives)
+		defer c.lives.Done()
+		w.life()
+	}()
 	return true
 }
 
-// startInput picks where a shard's new reader opens. An installed stream-wide position comes
-// first, once per shard; then the checkpoint (or a position marker a previous owner left); a
-// shard without one opens at the oldest record when a parent was read to its end here (so
-// nothing after a reshard is skipped), and at the initial position (the tip by default)
-// otherwise. Called with s.mu held.
-func (s *Subscriber) startInput(id, checkpoint string, sub int64) Position {
-	if in := s.installed; in != nil && s.applied[id] != in.epoch {
-		s.applied[id] = in.epoch
-		if in.pos.kind == posLatest && !in.known[id] && s.listed {
-			// A shard born after a seek to the tip holds only newer records.
-			return Horizon()
-		}
-		return in.pos
-	}
-	switch {
-	case checkpoint == lease.TrimHorizon:
-		return Horizon()
-	case strings.HasPrefix(checkpoint, lease.AtTimestampPrefix):
-		if ms, err := strconv.ParseInt(checkpoint[len(lease.AtTimestampPrefix):], 10, 64); err == nil {
-			return AtTimestamp(time.UnixMilli(ms))
-		}
-	case checkpoint != "":
-		return Position{kind: posAfter, sequence: checkpoint, sub: int(max(sub, 0))}
-	}
-	if in := s.installed; in != nil {
-		return in.pos
-	}
-	for _, p := range s.shards[id].parents {
-		if s.finished[p] {
-			return Horizon()
-		}
-	}
-	return s.initial()
-}
-
-// initial is where a shard without checkpoint opens: WithInitialPosition, by default the tip.
+// initial is where a shard without checkpoint opens: WithInitialPosition, by default the tip
+// as of Subscribe.
 func (s *Subscriber) initial() Position {
 	if s.cfg.initialPos != nil {
-		return *s.cfg.initialPos
+		return pinTip(*s.cfg.initialPos, s.subscribedAt)
 	}
-	return Latest()
+	return pinTip(Latest(), s.subscribedAt)
 }
 
-// marker is the checkpoint value that makes a later owner open a shard where p opened it.
-// The tip is recorded as an instant a little in the past, covering clock skew: a few records
-// may be delivered twice, none skipped.
-func marker(p Position) string {
-	switch p.kind {
-	case posHorizon:
-		return lease.TrimHorizon
-	case posLatest:
-		return lease.AtTimestampPrefix + strconv.FormatInt(time.Now().Add(-tipSkew).UnixMilli(), 10)
-	case posTimestamp:
-		return lease.AtTimestampPrefix + strconv.FormatInt(time.Unix(0, p.unixNano).UnixMilli(), 10)
-	}
-	return ""
-}
-
-// forget removes a worker that stopped on its own (finished, lease lost).
-func (s *Subscriber) forget(w *worker, finished bool) {
-	s.mu.Lock()
-	if s.workers[w.id] == w {
-		delete(s.workers, w.id)
-	}
-	if finished {
-		s.finished[w.id] = true
-	}
-	s.mu.Unlock()
-	s.nudge()
+// forget is called by a shard whose life here is over (finished, lost, given up).
+func (c *coordinator) forget(w *worker) {
+	c.s.table.forget(w)
+	c.nudge()
 }
 
 // sourceFor returns the source a new reader of shard w reads from.

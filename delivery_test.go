@@ -19,11 +19,11 @@ type countingStore struct {
 	checkpoints atomic.Int64
 }
 
-func (c *countingStore) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
-	if seq != lease.TrimHorizon && !strings.HasPrefix(seq, lease.AtTimestampPrefix) {
+func (c *countingStore) Checkpoint(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint) (bool, error) {
+	if seq := cp.Sequence; seq != lease.TrimHorizon && !strings.HasPrefix(seq, lease.AtTimestampPrefix) {
 		c.checkpoints.Add(1)
 	}
-	return c.Store.Checkpoint(ctx, key, owner, seq, sub)
+	return c.Store.Checkpoint(ctx, key, h, cp)
 }
 
 // TestCoalescedCheckpoints acks 10,000 records of one shard in order: the acks cost at most one
@@ -50,7 +50,7 @@ func TestCoalescedCheckpoints(t *testing.T) {
 		require.Equal(t, "key-0/9999", string(last.Data()))
 		// The flusher writes the newest watermark on its next tick, once.
 		eventually(t, time.Minute, "checkpoint of the last ack", func() bool {
-			return readLease(t, store, s.name, last.ShardID()).Checkpoint == last.SequenceNumber()
+			return readLease(t, store, s.name, last.ShardID()).Checkpoint.Sequence == last.SequenceNumber()
 		})
 		before := store.checkpoints.Load()
 		ticks := int64(time.Since(subscribed) / interval)
@@ -60,7 +60,7 @@ func TestCoalescedCheckpoints(t *testing.T) {
 			n, elapsed, acked, before, after-before)
 		require.LessOrEqual(t, before, ticks+1, "acks within one interval are coalesced")
 		require.LessOrEqual(t, after-before, int64(1), "Close writes the last checkpoint at most once")
-		require.Equal(t, last.SequenceNumber(), readLease(t, store, s.name, last.ShardID()).Checkpoint)
+		require.Equal(t, last.SequenceNumber(), readLease(t, store, s.name, last.ShardID()).Checkpoint.Sequence)
 	})
 
 	t.Run("every advance", func(t *testing.T) {
@@ -80,7 +80,7 @@ func TestCoalescedCheckpoints(t *testing.T) {
 		require.EqualValues(t, n, before, "one write per advance")
 		require.Zero(t, after-before, "nothing left to write on Close")
 		last := got[n-1]
-		require.Equal(t, last.SequenceNumber(), readLease(t, store, s.name, last.ShardID()).Checkpoint)
+		require.Equal(t, last.SequenceNumber(), readLease(t, store, s.name, last.ShardID()).Checkpoint.Sequence)
 	})
 }
 
@@ -98,9 +98,9 @@ func TestCoalesceCommitFlushes(t *testing.T) {
 	for _, m := range got[:60] {
 		require.NoError(t, m.Ack(ctx))
 	}
-	require.Equal(t, lease.TrimHorizon, readLease(t, store, s.name, shard).Checkpoint, "acks alone wait for the interval")
+	require.Equal(t, lease.TrimHorizon, readLease(t, store, s.name, shard).Checkpoint.Sequence, "acks alone wait for the interval")
 	require.NoError(t, sub.Commit(ctx))
-	require.Equal(t, got[59].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+	require.Equal(t, got[59].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint.Sequence)
 	require.EqualValues(t, 1, store.checkpoints.Load())
 
 	require.NoError(t, sub.Commit(ctx))
@@ -110,13 +110,13 @@ func TestCoalesceCommitFlushes(t *testing.T) {
 		require.NoError(t, m.Ack(ctx))
 	}
 	require.NoError(t, sub.Commit(ctx))
-	require.Equal(t, got[99].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+	require.Equal(t, got[99].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint.Sequence)
 	require.EqualValues(t, 2, store.checkpoints.Load())
 
 	require.NoError(t, sub.Close(ctx))
 	require.EqualValues(t, 2, store.checkpoints.Load(), "Close has nothing left to write")
 	l := readLease(t, store, s.name, shard)
-	require.Equal(t, got[99].SequenceNumber(), l.Checkpoint)
+	require.Equal(t, got[99].SequenceNumber(), l.Checkpoint.Sequence)
 	require.Empty(t, l.Owner)
 }
 
@@ -149,10 +149,11 @@ func TestBoundedInFlight(t *testing.T) {
 	// Held for well over a TTL, the lease stays ours, renewed meanwhile, and nothing more is
 	// fetched.
 	shard := held[0].ShardID()
-	renewed := readLease(t, store, s.name, shard).Counter + 3
-	eventually(t, time.Minute, "three renewals", func() bool {
-		return time.Since(start) > 2*ttl && readLease(t, store, s.name, shard).Counter >= renewed
+	holding := readLease(t, store, s.name, shard).Tenure()
+	eventually(t, time.Minute, "renewals for two TTLs", func() bool {
+		return time.Since(start) > 2*ttl && readLease(t, store, s.name, shard).Expiry.After(start.Add(2*ttl))
 	})
+	require.Equal(t, holding, readLease(t, store, s.name, shard).Tenure(), "the same holding, renewed")
 	require.True(t, parkedAtCap(sub, 1, len(held)), "reader no longer parked at its cap: %+v", sub.Shards())
 	none(t, sub)
 	lh := readLease(t, store, s.name, shard)
@@ -169,5 +170,5 @@ func TestBoundedInFlight(t *testing.T) {
 	got := len(held) + consume(t, sub, &l, want, 2*time.Minute)
 	require.Equal(t, backlog, got, "nothing delivered twice")
 	require.NoError(t, sub.Commit(context.Background()))
-	require.Equal(t, l.last[shard].String(), readLease(t, store, s.name, shard).Checkpoint)
+	require.Equal(t, l.last[shard].String(), readLease(t, store, s.name, shard).Checkpoint.Sequence)
 }

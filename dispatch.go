@@ -1,12 +1,13 @@
 package kinesub
 
 import (
-	"context"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Dispatcher states, under dispatchMu.
+// Dispatcher states, under delivery.mu.
 const (
 	dispatchIdle    = iota // Messages was never called
 	dispatchRunning        // the dispatcher runs (or waits for a pull loop to end)
@@ -18,6 +19,36 @@ const (
 // generation at a time, so that a fence can empty it of stale ones without reordering anything
 // (see dispatch).
 const messagesBuffer = 64
+
+// delivery is how fetched records reach the consumer: the hand-off from the readers
+// (handoff.go), which pull loops take from, and the Messages channel with the dispatcher that
+// feeds it. It owns the dispatcher: stop ends it and waits for it.
+type delivery struct {
+	hand    *handoff
+	metrics *metrics
+	out     chan *Message  // dispatcher → consumer (Messages), messagesBuffer deliveries of one shard
+	fence   chan *fenceReq // fencers re-check the dispatcher's held delivery and buffer
+	// fenceSem: one fencer at a time; fencing: a fencer is at work, and the dispatcher, which
+	// looks at the flag between two sends, must wait for its request.
+	fenceSem chan struct{}
+	fencing  atomic.Bool
+
+	mu    sync.Mutex
+	state int // dispatchIdle, dispatchRunning, dispatchStopped
+	// chosen: Messages was called (the state is no longer dispatchIdle), read without the lock.
+	chosen atomic.Bool
+	done   chan struct{} // closed when the dispatcher has returned (or will never run)
+}
+
+func newDelivery(hand *handoff, m *metrics, buffer int) *delivery {
+	return &delivery{
+		hand: hand, metrics: m,
+		out:      make(chan *Message, buffer),
+		fence:    make(chan *fenceReq),
+		fenceSem: make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+}
 
 // Messages returns the channel of delivered records. It is closed exactly once, after Close,
 // after ctx cancellation or after a fatal error (see Err), so ranging over it always ends.
@@ -32,24 +63,25 @@ const messagesBuffer = 64
 // flow into it once any All or Batches loop running then has ended, and later All or Batches
 // calls yield ErrConsumerBusy. Nothing is lost in the change: the channel goes on with what the
 // loop left.
-func (s *Subscriber) Messages() <-chan *Message {
-	if s.dispatchChosen.Load() { // a select loop may call Messages for every record
-		return s.out
+func (s *Subscriber) Messages() <-chan *Message { return s.del.messages() }
+
+func (d *delivery) messages() <-chan *Message {
+	if d.chosen.Load() { // a select loop may call Messages for every record
+		return d.out
 	}
-	s.dispatchMu.Lock()
-	defer s.dispatchMu.Unlock()
-	if s.dispatchState == dispatchIdle {
-		s.dispatchState = dispatchRunning
-		s.keepers.Add(1)
-		go s.dispatch() // owned by the subscriber; stop ends it and waits (keepers)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state == dispatchIdle {
+		d.state = dispatchRunning
+		go d.dispatch() // owned by the delivery: stop ends it and waits for it (done)
 	}
-	s.dispatchChosen.Store(true)
-	return s.out
+	d.chosen.Store(true)
+	return d.out
 }
 
 // dispatcher is the state of the goroutine behind Messages, owned by it.
 type dispatcher struct {
-	s    *Subscriber
+	d    *delivery
 	held *Message // the next delivery, counted as handed out, not yet in out
 	// What out holds: deliveries of one shard and one generation only (or nothing). A fence
 	// that makes them stale can then take every one it finds there: whatever the consumer
@@ -70,17 +102,16 @@ type dispatcher struct {
 // out is full it waits for the consumer or a fence, whichever comes first. Before it puts a
 // delivery of another shard or generation into out, it waits until the consumer has taken
 // everything there (awaitTaken).
-func (s *Subscriber) dispatch() {
-	defer s.keepers.Done()
-	defer close(s.dispatchDone)
-	defer close(s.out)
+func (dl *delivery) dispatch() {
+	defer close(dl.done)
+	defer close(dl.out)
 	// Take the hand-off from any pull loop, for good, answering fences meanwhile.
-	d := &dispatcher{s: s}
+	d := &dispatcher{d: dl}
 	for taken := false; !taken; {
 		select {
-		case <-s.hand.token:
+		case <-dl.hand.token:
 			taken = true
-		case req := <-s.fence:
+		case req := <-dl.fence:
 			if d.answer(req); req.stop {
 				return
 			}
@@ -90,22 +121,22 @@ func (s *Subscriber) dispatch() {
 	d.timer.Stop()
 	defer func() {
 		if d.held != nil {
-			d.held.pg.shard.handedOut.Add(-1)
+			d.held.pg.shard.out.done(1)
 		}
 	}()
 	for {
-		if s.fencing.Load() {
-			if req := <-s.fence; d.answer(req) {
+		if dl.fencing.Load() {
+			if req := <-dl.fence; d.answer(req) {
 				return
 			}
 			continue
 		}
 		if d.held == nil {
-			if d.held = s.hand.take(); d.held == nil {
+			if d.held = dl.hand.take(); d.held == nil {
 				select {
-				case page := <-s.hand.in:
-					s.hand.refill(page)
-				case req := <-s.fence:
+				case page := <-dl.hand.in:
+					dl.hand.refill(page)
+				case req := <-dl.fence:
 					if d.answer(req) {
 						return
 					}
@@ -114,7 +145,7 @@ func (s *Subscriber) dispatch() {
 			}
 		}
 		if pg := d.held.pg; pg.shard != d.outShard || pg.gen != d.outGen {
-			if len(s.out) > 0 {
+			if len(dl.out) > 0 {
 				if d.awaitTaken() {
 					return
 				}
@@ -123,17 +154,17 @@ func (s *Subscriber) dispatch() {
 			d.outShard, d.outGen = pg.shard, pg.gen
 		}
 		select {
-		case s.out <- d.held:
-			s.metrics.consumed(d.held)
+		case dl.out <- d.held:
+			dl.metrics.consumed(d.held)
 			d.held = nil
 			continue
 		default:
 		}
 		select {
-		case s.out <- d.held:
-			s.metrics.consumed(d.held)
+		case dl.out <- d.held:
+			dl.metrics.consumed(d.held)
 			d.held = nil
-		case req := <-s.fence:
+		case req := <-dl.fence:
 			if d.answer(req) {
 				return
 			}
@@ -148,10 +179,10 @@ func (s *Subscriber) dispatch() {
 // waited so far, so that a slow consumer loses at most about that share of its time and a
 // stuck one costs a few wake-ups a second.
 func (d *dispatcher) awaitTaken() bool {
-	s := d.s
+	dl := d.d
 	start := time.Now()
 	for range 64 {
-		if len(s.out) == 0 {
+		if len(dl.out) == 0 {
 			return false
 		}
 		if time.Since(start) > 50*time.Microsecond {
@@ -159,11 +190,11 @@ func (d *dispatcher) awaitTaken() bool {
 		}
 		runtime.Gosched()
 	}
-	for len(s.out) > 0 {
+	for len(dl.out) > 0 {
 		d.timer.Reset(min(max(time.Since(start)/16, 20*time.Microsecond), 50*time.Millisecond))
 		select {
 		case <-d.timer.C:
-		case req := <-s.fence:
+		case req := <-dl.fence:
 			d.timer.Stop()
 			if d.answer(req) {
 				return true
@@ -182,9 +213,9 @@ type fenceReq struct {
 // answer lowers the fencing flag, drops the held delivery and empties out when they are stale
 // (everything, when the dispatcher must stop), acknowledges req, and reports req.stop.
 func (d *dispatcher) answer(req *fenceReq) bool {
-	d.s.fencing.Store(false)
+	d.d.fencing.Store(false)
 	if h := d.held; h != nil && (req.stop || h.pg.gen != h.pg.shard.gate.Load()) {
-		h.pg.shard.handedOut.Add(-1)
+		h.pg.shard.out.done(1)
 		d.held = nil
 	}
 	if w := d.outShard; w != nil && (req.stop || d.outGen != w.gate.Load()) {
@@ -199,8 +230,8 @@ func (d *dispatcher) answer(req *fenceReq) bool {
 func (d *dispatcher) empty() {
 	for {
 		select {
-		case m := <-d.s.out:
-			m.pg.shard.handedOut.Add(-1)
+		case m := <-d.d.out:
+			m.pg.shard.out.done(1)
 		default:
 			d.outShard = nil
 			return
@@ -208,58 +239,56 @@ func (d *dispatcher) empty() {
 	}
 }
 
-// fenceDispatch returns once no consumer can be handed a delivery checked against a gate as it
-// was before the caller bumped it: the dispatcher, if it runs, has re-checked the delivery it
-// holds and emptied Messages' buffer of stale ones. A pull loop needs no fence: it checks each
-// delivery as it takes it (handoff). ctx bounds the wait for other fencers; the exchange with
-// the dispatcher itself is not cancelled, as the dispatcher answers at once.
-func (s *Subscriber) fenceDispatch(ctx context.Context) error {
-	s.dispatchMu.Lock()
-	running := s.dispatchState == dispatchRunning
-	s.dispatchMu.Unlock()
+// fence returns once no consumer can be handed a delivery checked against a gate as it was
+// before the caller moved it: the dispatcher, if it runs, has re-checked the delivery it holds
+// and emptied Messages' buffer of stale ones. A pull loop needs no fence: it checks each
+// delivery as it takes it (handoff). The wait is not cancelled: the dispatcher answers at once,
+// and other fencers are as quick.
+func (d *delivery) fenceDispatch() {
+	d.mu.Lock()
+	running := d.state == dispatchRunning
+	d.mu.Unlock()
 	if !running {
-		return nil
+		return
 	}
 	select {
-	case s.fenceSem <- struct{}{}:
-	case <-s.dispatchDone:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
+	case d.fenceSem <- struct{}{}:
+	case <-d.done:
+		return
 	}
-	s.sendFence(&fenceReq{ack: make(chan struct{})})
-	<-s.fenceSem
-	return nil
+	d.sendFence(&fenceReq{ack: make(chan struct{})})
+	<-d.fenceSem
 }
 
 // sendFence raises the fencing flag, delivers req to the dispatcher and waits for the answer.
 // The caller holds fenceSem: the flag is one fencer's until the dispatcher has lowered it.
 // sendFence does not wait on a context: the dispatcher looks at the flag between two sends and
 // takes fences wherever it waits (or is done), and answers a request as soon as it has it.
-func (s *Subscriber) sendFence(req *fenceReq) {
-	s.fencing.Store(true)
+func (d *delivery) sendFence(req *fenceReq) {
+	d.fencing.Store(true)
 	select {
-	case s.fence <- req:
-	case <-s.dispatchDone:
+	case d.fence <- req:
+	case <-d.done:
 		return
 	}
 	<-req.ack
 }
 
-// stopDispatch ends the dispatcher and closes Messages, exactly once.
-func (s *Subscriber) stopDispatch() {
-	s.dispatchMu.Lock()
-	state := s.dispatchState
-	s.dispatchState = dispatchStopped
-	s.dispatchMu.Unlock()
+// stop ends the dispatcher and closes Messages, exactly once, and returns once the
+// dispatcher has returned.
+func (d *delivery) stop() {
+	d.mu.Lock()
+	state := d.state
+	d.state = dispatchStopped
+	d.mu.Unlock()
 	switch state {
 	case dispatchIdle:
-		close(s.out)
-		close(s.dispatchDone)
+		close(d.out)
+		close(d.done)
 	case dispatchRunning:
-		s.fenceSem <- struct{}{}
-		s.sendFence(&fenceReq{ack: make(chan struct{}), stop: true})
-		<-s.fenceSem
-		<-s.dispatchDone
+		d.fenceSem <- struct{}{}
+		d.sendFence(&fenceReq{ack: make(chan struct{}), stop: true})
+		<-d.fenceSem
+		<-d.done
 	}
 }

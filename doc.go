@@ -61,8 +61,8 @@
 // before it is acknowledged, and some may be delivered twice. Ack itself never waits on the
 // lease store (unless WithCheckpointInterval(0)); Commit forces the write.
 //
-// Nack(requeue=false) skips a message (it counts as handled); Nack(requeue=true) leaves it
-// unhandled, to be delivered again when the shard's lease is next taken. WithMaxInFlight and
+// Nack leaves a message unhandled, to be delivered again when the shard's lease is next taken
+// (to skip one, Ack it; to retry one in process, consume with Process). WithMaxInFlight and
 // WithMaxInFlightBytes cap the unsettled messages per shard, by count and by size: a reader at
 // a cap waits for acks, so memory stays bounded whatever the consumer does.
 //

@@ -43,6 +43,9 @@ var (
 	// subscription (or the shard) to where the new stream should be read from, subscribe with
 	// WithStartAt, or use a new lease table.
 	ErrCheckpointRejected = errors.New("kinesub: Kinesis rejected the stored checkpoint (stream re-created? Seek, subscribe WithStartAt, or use a new lease table)")
+	// ErrSubscriptionEnded is wrapped by Err when the context given to Subscribe ended the
+	// subscription; context.Cause of that context is wrapped too.
+	ErrSubscriptionEnded = errors.New("kinesub: subscription ended by the context given to Subscribe")
 	// ErrFanOutConsumer wraps Subscribe's error when WithEnhancedFanOut's stream consumer could
 	// not be found, registered or seen ACTIVE in time; the cause is wrapped too.
 	ErrFanOutConsumer = errors.New("kinesub: enhanced fan-out consumer not ready")
@@ -68,29 +71,32 @@ var (
 type ShardError struct {
 	Stream string
 	Shard  string // empty for the stream's own operations (OpListShards, OpListLeases, OpHeartbeat…)
-	Op     string // one of the Op constants
+	Op     Op
 	Err    error
 }
 
+// Op is an operation a ShardError names: one of the Op constants.
+type Op string
+
 // The operations a ShardError names.
 const (
-	OpListShards       = "ListShards"       // listing the stream's shards
-	OpGetShardIterator = "GetShardIterator" // opening a shard at a position
-	OpGetRecords       = "GetRecords"       // reading a shard
-	OpDecode           = "Decode"           // a record that could not be decoded (ErrAggregatedRecord)
-	OpListLeases       = "ListLeases"       // reading the lease table
-	OpAcquire          = "Acquire"          // taking a free or expired lease
-	OpSteal            = "Steal"            // taking a lease over from a live owner, for balance
-	OpReadLease        = "ReadLease"        // reading a lease just taken
-	OpRenew            = "Renew"            // renewing a lease
-	OpLease            = "Lease"            // a lease lost (ErrLeaseLost)
-	OpCheckpoint       = "Checkpoint"       // writing a checkpoint
-	OpRelease          = "Release"          // releasing a lease
-	OpDeleteLease      = "DeleteLease"      // deleting the lease of a finished, trimmed shard
-	OpHeartbeat        = "Heartbeat"        // renewing this subscriber's heartbeat row
-	OpDeleteHeartbeat  = "DeleteHeartbeat"  // deleting a heartbeat row (this owner's, or a departed one's)
-	OpSeek             = "Seek"             // repositioning a shard
-	OpSubscribeToShard = "SubscribeToShard" // reading a shard over enhanced fan-out
+	OpListShards       Op = "ListShards"       // listing the stream's shards
+	OpGetShardIterator Op = "GetShardIterator" // opening a shard at a position
+	OpGetRecords       Op = "GetRecords"       // reading a shard
+	OpDecode           Op = "Decode"           // a record that could not be decoded (ErrAggregatedRecord)
+	OpListLeases       Op = "ListLeases"       // reading the lease table
+	OpAcquire          Op = "Acquire"          // taking a free or expired lease
+	OpSteal            Op = "Steal"            // taking a lease over from a live owner, for balance
+	OpReadLease        Op = "ReadLease"        // reading a lease just taken
+	OpRenew            Op = "Renew"            // renewing a lease
+	OpLease            Op = "Lease"            // a lease lost (ErrLeaseLost)
+	OpCheckpoint       Op = "Checkpoint"       // writing a checkpoint
+	OpRelease          Op = "Release"          // releasing a lease
+	OpDeleteLease      Op = "DeleteLease"      // deleting the lease of a finished, trimmed shard
+	OpHeartbeat        Op = "Heartbeat"        // renewing this subscriber's heartbeat row
+	OpDeleteHeartbeat  Op = "DeleteHeartbeat"  // deleting a heartbeat row (this owner's, or a departed one's)
+	OpSeek             Op = "Seek"             // repositioning a shard
+	OpSubscribeToShard Op = "SubscribeToShard" // reading a shard over enhanced fan-out
 )
 
 func (e *ShardError) Error() string {

@@ -129,7 +129,7 @@ func (l errorLog) summary() map[string]int {
 		k := "other"
 		var se *ShardError
 		if errors.As(err, &se) {
-			k = se.Op
+			k = string(se.Op)
 		}
 		switch {
 		case errors.Is(err, ErrLeaseLost):
@@ -428,7 +428,7 @@ func TestLostLeaseViaStoreThrottling(t *testing.T) {
 	require.NoError(t, sub.Commit(context.Background()))
 	require.Len(t, oc.last, 2)
 	for id, seq := range oc.last {
-		require.Equal(t, seq.String(), readLease(t, store, s.name, id).Checkpoint, "checkpoint of %s", id)
+		require.Equal(t, seq.String(), readLease(t, store, s.name, id).Checkpoint.Sequence, "checkpoint of %s", id)
 	}
 	require.NoError(t, sub.Close(context.Background()))
 	<-errs.done
@@ -444,12 +444,12 @@ type hangingCheckpoints struct {
 	hang atomic.Bool
 }
 
-func (h *hangingCheckpoints) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
+func (h *hangingCheckpoints) Checkpoint(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint) (bool, error) {
 	if h.hang.Load() {
 		<-ctx.Done()
 		return false, ctx.Err()
 	}
-	return h.Store.Checkpoint(ctx, key, owner, seq, sub)
+	return h.Store.Checkpoint(ctx, key, t, cp)
 }
 
 // TestLostLeaseNotFromSlowCheckpoints: checkpoint writes that hang for longer than the lease
@@ -469,7 +469,7 @@ func TestLostLeaseNotFromSlowCheckpoints(t *testing.T) {
 		got := recv(t, sub, 3, true)
 		shard := got[0].ShardID()
 		eventually(t, time.Second, "first checkpoint", func() bool {
-			return readLease(t, store, f.stream, shard).Checkpoint == got[2].SequenceNumber()
+			return readLease(t, store, f.stream, shard).Checkpoint.Sequence == got[2].SequenceNumber()
 		})
 
 		store.hang.Store(true)
@@ -485,7 +485,7 @@ func TestLostLeaseNotFromSlowCheckpoints(t *testing.T) {
 
 		store.hang.Store(false)
 		eventually(t, 5*time.Second, "checkpoint after the store recovers", func() bool {
-			return readLease(t, store, f.stream, shard).Checkpoint == m.SequenceNumber()
+			return readLease(t, store, f.stream, shard).Checkpoint.Sequence == m.SequenceNumber()
 		})
 		require.NoError(t, sub.Close(context.Background()))
 		<-errs.done

@@ -1,7 +1,6 @@
 package kinesub
 
 import (
-	"context"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -14,23 +13,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
-// newGateHarness builds just the consumer side of a Subscriber: deliveries pushed into
-// s.hand.in come out of Messages unless their stamp is stale. Messages has room for buffer
+// newGateHarness builds just the consumer side of a Subscriber, its delivery: deliveries
+// pushed into hand.in come out of Messages unless their stamp is stale. Messages has room for buffer
 // deliveries; with none, the dispatcher holds the delivery the consumer has not taken.
-func newGateHarness(t *testing.T, buffer int) *Subscriber {
-	s := &Subscriber{
-		hand:         newHandoff(16),
-		out:          make(chan *Message, buffer),
-		fence:        make(chan *fenceReq),
-		fenceSem:     make(chan struct{}, 1),
-		dispatchDone: make(chan struct{}),
-	}
-	s.Messages()
-	t.Cleanup(func() {
-		s.stopDispatch()
-		s.keepers.Wait()
-	})
-	return s
+func newGateHarness(t *testing.T, buffer int) *delivery {
+	d := newDelivery(newHandoff(16), nil, buffer)
+	d.messages()
+	t.Cleanup(d.stop)
+	return d
 }
 
 // The gate tests run in synctest bubbles: a delivery not made once the dispatcher is blocked
@@ -80,9 +70,7 @@ func testFenceRetractsHeldDelivery(t *testing.T) {
 	s.hand.in <- testPage(w, 0, "pre-seek", "pre-seek too")
 	synctest.Wait() // the dispatcher now holds the first, blocked on the consumer
 	w.gate.Add(1)
-	if err := s.fenceDispatch(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	s.fenceDispatch()
 	s.hand.in <- testPage(w, 1, "post-seek")
 	select {
 	case m := <-s.out:
@@ -92,7 +80,7 @@ func testFenceRetractsHeldDelivery(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("nothing delivered after the fence")
 	}
-	if n := w.handedOut.Load(); n != 1 {
+	if n := w.out.count(); n != 1 {
 		t.Fatalf("handed out = %d, want 1 (the retracted delivery is not counted)", n)
 	}
 }
@@ -107,9 +95,7 @@ func TestFenceTakesBackCurrentDelivery(t *testing.T) {
 		s.hand.in <- testPage(w, 0, "first", "second", "third")
 		synctest.Wait() // the dispatcher now sends "first", blocked on the consumer
 		for range 3 {   // nothing is stale: each fence takes "first" back and returns it
-			if err := s.fenceDispatch(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			s.fenceDispatch()
 		}
 		for _, want := range []string{"first", "second", "third"} {
 			select {
@@ -121,7 +107,7 @@ func TestFenceTakesBackCurrentDelivery(t *testing.T) {
 				t.Fatalf("%q was not delivered", want)
 			}
 		}
-		if n := w.handedOut.Load(); n != 3 {
+		if n := w.out.count(); n != 3 {
 			t.Fatalf("handed out = %d, want 3", n)
 		}
 	})
@@ -160,10 +146,7 @@ func testFencesKeepOrder(t *testing.T, buffer int) {
 					return
 				default:
 				}
-				if err := s.fenceDispatch(context.Background()); err != nil {
-					t.Error(err)
-					return
-				}
+				s.fenceDispatch()
 			}
 		}()
 	}
@@ -181,7 +164,7 @@ func testFencesKeepOrder(t *testing.T, buffer int) {
 	}
 	close(stop)
 	fencers.Wait()
-	if n := w.handedOut.Load(); n != pages*perPage {
+	if n := w.out.count(); n != pages*perPage {
 		t.Fatalf("handed out = %d, want %d", n, pages*perPage)
 	}
 }
@@ -199,13 +182,11 @@ func TestFenceEmptiesStaleBuffer(t *testing.T) {
 			t.Fatalf("buffered %d deliveries, want 3", n)
 		}
 		w.gate.Add(1)
-		if err := s.fenceDispatch(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		s.fenceDispatch()
 		if n := len(s.out); n != 0 {
 			t.Fatalf("%d stale deliveries left in the buffer after the fence", n)
 		}
-		if n := w.handedOut.Load(); n != 0 {
+		if n := w.out.count(); n != 0 {
 			t.Fatalf("handed out = %d, want 0", n)
 		}
 		s.hand.in <- testPage(w, 1, "post-seek")
@@ -224,15 +205,13 @@ func TestFenceLeavesOtherShardsBuffered(t *testing.T) {
 		s.hand.in <- testPage(w1, 0, "a", "b")
 		synctest.Wait()
 		w2.gate.Add(1)
-		if err := s.fenceDispatch(context.Background()); err != nil {
-			t.Fatal(err)
-		}
+		s.fenceDispatch()
 		for _, want := range []string{"a", "b"} {
 			if m := <-s.out; string(m.Data()) != want {
 				t.Fatalf("got %q, want %q", m.Data(), want)
 			}
 		}
-		if n := w1.handedOut.Load(); n != 2 {
+		if n := w1.out.count(); n != 2 {
 			t.Fatalf("handed out = %d, want 2", n)
 		}
 	})
@@ -243,7 +222,7 @@ func TestFenceLeavesOtherShardsBuffered(t *testing.T) {
 // until the consumer has taken the first's, and a fence meanwhile finds only stale ones.
 func TestBufferHoldsOneShard(t *testing.T) {
 	// Two pages of two shards, with room for both in the buffer: only the first shard's is there.
-	twoShards := func(t *testing.T) (*Subscriber, *worker) {
+	twoShards := func(t *testing.T) (*delivery, *worker) {
 		s := newGateHarness(t, 4)
 		w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
 		s.hand.in <- testPage(w1, 0, "a", "b")
@@ -268,13 +247,11 @@ func TestBufferHoldsOneShard(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s, w1 := twoShards(t)
 			w1.gate.Add(1)
-			if err := s.fenceDispatch(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+			s.fenceDispatch()
 			if m := <-s.out; string(m.Data()) != "x" {
 				t.Fatalf("got %q, want x", m.Data())
 			}
-			if n := w1.handedOut.Load(); n != 0 {
+			if n := w1.out.count(); n != 0 {
 				t.Fatalf("shard-1 handed out = %d, want 0", n)
 			}
 		})
@@ -329,11 +306,8 @@ func testSeekFencesUnderLoad(t *testing.T, buffer int) {
 				default:
 				}
 				i := rng.IntN(2)
-				gen := ws[i].bump()
-				if err := s.fenceDispatch(context.Background()); err != nil {
-					t.Error(err)
-					return
-				}
+				gen := ws[i].gate.Add(1)
+				s.fenceDispatch()
 				for { // raise fenced[i] to gen, never lower it
 					old := fenced[i].Load()
 					if old >= gen || fenced[i].CompareAndSwap(old, gen) {

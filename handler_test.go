@@ -75,7 +75,7 @@ func testSeekHandler(t *testing.T) {
 	}
 	require.ElementsMatch(t, []string{ids[0] + "/a", ids[0] + "/b", ids[0] + "/c", ids[2] + "/old"}, got)
 	eventually(t, 5*time.Second, "shard 2 finished", func() bool {
-		return readLease(t, store, "admin", ids[2]).Checkpoint == lease.ShardEnd
+		return readLease(t, store, "admin", ids[2]).Checkpoint.Sequence == lease.ShardEnd
 	})
 
 	for _, tt := range []struct {

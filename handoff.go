@@ -11,10 +11,10 @@ import (
 //
 // Every delivery is checked against its shard's generation gate when it is pulled: counted as
 // handed out first, then checked (and uncounted if stale). A pull that starts after a gate was
-// bumped (Seek, a lost lease, a hand-back, Close) finds that shard's deliveries stale. Those
-// waiting for the consumer to settle what it holds (a hand-back, Close) bump the gate first and
-// then read the count: of the two, one sees the other's write, so either the pull finds the
-// delivery stale or the wait counts it. No lock is taken per record.
+// moved (invalidate: Seek, a lost lease, a hand-back, Close) finds that shard's deliveries
+// stale. A drain waiting for the consumer to settle what it holds (a hand-back, Close) moves
+// the gate first and then reads the count: of the two, one sees the other's write, so either
+// the pull finds the delivery stale or the drain counts it. No lock is taken per record.
 type handoff struct {
 	in    chan *shardPage // readers → consumer, a page at a time
 	token chan struct{}   // holds one token; the consumer pulling has taken it
@@ -37,9 +37,9 @@ func (h *handoff) take() *Message {
 		return nil
 	}
 	w := pg.shard
-	w.handedOut.Add(1)
+	w.out.add(1)
 	if pg.gen != w.gate.Load() {
-		w.handedOut.Add(-1)
+		w.out.done(1)
 		h.drop() // one page is one shard and one generation: all of it is stale
 		return nil
 	}
@@ -61,9 +61,9 @@ func (h *handoff) takeAll() []Message {
 		return nil
 	}
 	w := pg.shard
-	w.handedOut.Add(int64(len(page)))
+	w.out.add(int64(len(page)))
 	if pg.gen != w.gate.Load() {
-		w.handedOut.Add(-int64(len(page)))
+		w.out.done(int64(len(page)))
 		return nil
 	}
 	return page

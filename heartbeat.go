@@ -46,18 +46,22 @@ func (s *Subscriber) beat(ctx context.Context) bool {
 // then deletes it.
 func (s *Subscriber) dropHeartbeat(ctx context.Context) error {
 	key := s.ownerKey()
-	if err := s.cfg.store.Release(ctx, key, s.cfg.owner); err != nil {
-		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("release: %w", err)}
-	}
-	s.changed(ctx)
 	l, err := s.cfg.store.Read(ctx, key)
 	if err != nil {
 		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("read: %w", err)}
 	}
-	if l.Owner != "" || l.Counter == 0 {
-		return nil // taken again under the same owner name, or gone
+	if l.Owner != s.cfg.owner {
+		return nil // gone, or taken by another process under the same owner name
 	}
-	if _, err := s.cfg.store.Delete(ctx, key, l.Counter); err != nil {
+	ok, err := s.cfg.store.Release(ctx, key, l.Tenure())
+	if err != nil {
+		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("release: %w", err)}
+	}
+	if !ok {
+		return nil
+	}
+	s.changed(ctx)
+	if _, err := s.cfg.store.Delete(ctx, key, l.Counter+1); err != nil { // the counter the release left
 		// Released, the row no longer counts; a peer's cleanup deletes it.
 		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: err}
 	}

@@ -85,7 +85,7 @@ func testHeartbeatCountsOwnerLive(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
-	require.NoError(t, store.Release(ctx, hb("gone"), "gone"))
+	storeRelease(t, store, hb("gone"), "gone")
 	ghostExpiry := readLease(t, store, name, "~owner/ghost").Expiry
 
 	f := newFakeStream(name, 6)
@@ -105,7 +105,7 @@ func testHeartbeatCountsOwnerLive(t *testing.T) {
 	require.Len(t, sub.Shards(), 6)
 
 	// The peer leaves: its shards are free, and sub takes them.
-	require.NoError(t, store.Release(ctx, hb("peer"), "peer"))
+	storeRelease(t, store, hb("peer"), "peer")
 	eventually(t, 5*time.Second, "6 shards read", func() bool { return reading(sub) == 6 })
 }
 

@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/big"
 	"math/rand/v2"
 	"os"
@@ -210,13 +211,12 @@ func noLeaks(t *testing.T) func() {
 // below its in-flight cap, with the deliveries it fetched, received all of them: then nothing
 // more can arrive until something is acked.
 func parkedAtCap(sub *Subscriber, shards, received int) bool {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	if len(sub.workers) != shards {
+	held := heldShards(sub)
+	if len(held) != shards {
 		return false
 	}
 	fetched := 0
-	for _, w := range sub.workers {
+	for _, w := range held {
 		if !w.waitingRoom.Load() {
 			return false
 		}
@@ -326,4 +326,92 @@ func waitErr(t *testing.T, sub *Subscriber, target error, d time.Duration) error
 			t.Fatalf("no %v within %v", target, d)
 		}
 	}
+}
+
+// heldShards returns the shards sub holds, by id.
+func heldShards(sub *Subscriber) map[string]*worker {
+	ws, _ := sub.table.held()
+	byID := make(map[string]*worker, len(ws))
+	for _, w := range ws {
+		byID[w.id] = w
+	}
+	return byID
+}
+
+// closing reports whether sub's Close has begun.
+func closing(sub *Subscriber) bool {
+	_, open := sub.table.held()
+	return !open
+}
+
+// storeCheckpoint writes seq as key's checkpoint in store for its current holder, as that
+// owner would.
+func storeCheckpoint(t testing.TB, store lease.Store, key, seq string) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	ok, err := store.Checkpoint(ctx, key, l.Tenure(), lease.Checkpoint{Sequence: seq})
+	require.NoError(t, err)
+	require.True(t, ok, "checkpoint of %s by %q", key, l.Owner)
+}
+
+// storeRelease releases key in store for owner, as owner would.
+func storeRelease(t testing.TB, store lease.Store, key, owner string) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, owner, l.Owner, "holder of %s", key)
+	ok, err := store.Release(ctx, key, l.Tenure())
+	require.NoError(t, err)
+	require.True(t, ok, "release of %s by %q", key, owner)
+}
+
+// logLines is a slog.Handler that keeps every record's level and message.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+	attrs []slog.Attr // of the handler (WithAttrs); not kept per line
+}
+
+func (l *logLines) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logLines) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *logLines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logLines) WithGroup(string) slog.Handler      { return l }
+
+// has reports whether a line of level says msg.
+func (l *logLines) has(level slog.Level, msg string) bool {
+	return len(l.matching(level, msg)) > 0
+}
+
+// matching returns the lines of level that start with msg.
+func (l *logLines) matching(level slog.Level, msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.HasPrefix(line, level.String()+" "+msg) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
 }

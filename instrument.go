@@ -83,6 +83,38 @@ type meteredStore struct {
 
 var _ lease.Store = meteredStore{}
 
+// narrowed returns the metered store as a lease.Store that implements the optional interfaces
+// lease.PrefixLister and lease.WeakReader exactly when the store it meters does: a caller
+// that asks for one gets an answer true of the user's store.
+func (c meteredStore) narrowed() lease.Store {
+	_, lists := c.s.(lease.PrefixLister)
+	_, weak := c.s.(lease.WeakReader)
+	switch {
+	case lists && weak:
+		return meteredFull{meteredLister{c}}
+	case lists:
+		return meteredLister{c}
+	case weak:
+		return meteredWeak{c}
+	}
+	return c
+}
+
+// meteredLister, meteredWeak and meteredFull add the optional interfaces to a metered store.
+type (
+	meteredLister struct{ meteredStore }
+	meteredWeak   struct{ meteredStore }
+	meteredFull   struct{ meteredLister }
+)
+
+func (c meteredWeak) ReadWeak(ctx context.Context, key string) (lease.Lease, error) {
+	return c.readWeak(ctx, key)
+}
+
+func (c meteredFull) ReadWeak(ctx context.Context, key string) (lease.Lease, error) {
+	return c.readWeak(ctx, key)
+}
+
 func (c meteredStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Acquire")
 	start := time.Now()
@@ -99,18 +131,18 @@ func (c meteredStore) Steal(ctx context.Context, key, owner string, counter int6
 	return ok, err
 }
 
-func (c meteredStore) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (c meteredStore) Renew(ctx context.Context, key string, t lease.Tenure, ttl time.Duration) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Renew")
 	start := time.Now()
-	ok, err := c.s.Renew(ctx, key, owner, ttl)
+	ok, err := c.s.Renew(ctx, key, t, ttl)
 	c.m.req.record(ctx, "lease.Renew", start, err)
 	return ok, err
 }
 
-func (c meteredStore) Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error) {
+func (c meteredStore) Checkpoint(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Checkpoint")
 	start := time.Now()
-	ok, err := c.s.Checkpoint(ctx, key, owner, sequence, subSequence)
+	ok, err := c.s.Checkpoint(ctx, key, t, cp)
 	c.m.req.record(ctx, "lease.Checkpoint", start, err)
 	c.m.checkpointWritten(ctx, strings.TrimPrefix(key, c.prefix), ok, err)
 	return ok, err
@@ -124,9 +156,9 @@ func (c meteredStore) Read(ctx context.Context, key string) (lease.Lease, error)
 	return l, err
 }
 
-// ReadWeak implements lease.WeakReader when the store it meters does (the caller checks),
-// counted as lease.Read.
-func (c meteredStore) ReadWeak(ctx context.Context, key string) (lease.Lease, error) {
+// readWeak reads as lease.WeakReader does, for a store that implements it; counted as
+// lease.Read.
+func (c meteredStore) readWeak(ctx context.Context, key string) (lease.Lease, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Read")
 	start := time.Now()
 	l, err := c.s.(lease.WeakReader).ReadWeak(ctx, key)
@@ -134,12 +166,12 @@ func (c meteredStore) ReadWeak(ctx context.Context, key string) (lease.Lease, er
 	return l, err
 }
 
-func (c meteredStore) Release(ctx context.Context, key, owner string) error {
+func (c meteredStore) Release(ctx context.Context, key string, t lease.Tenure) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Release")
 	start := time.Now()
-	err := c.s.Release(ctx, key, owner)
+	ok, err := c.s.Release(ctx, key, t)
 	c.m.req.record(ctx, "lease.Release", start, err)
-	return err
+	return ok, err
 }
 
 func (c meteredStore) List(ctx context.Context) ([]lease.Lease, error) {
@@ -150,9 +182,9 @@ func (c meteredStore) List(ctx context.Context) ([]lease.Lease, error) {
 	return ls, err
 }
 
-// ListPrefix implements lease.PrefixLister when the store it meters does (the caller checks),
-// counted as lease.List: one stream's rows are what a subscriber lists.
-func (c meteredStore) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+// ListPrefix implements lease.PrefixLister for a store that does, counted as lease.List: one
+// stream's rows are what a subscriber lists.
+func (c meteredLister) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.List")
 	start := time.Now()
 	ls, err := c.s.(lease.PrefixLister).ListPrefix(ctx, prefix)

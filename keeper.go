@@ -2,28 +2,16 @@ package kinesub
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"time"
 )
 
-// keep renews the lease every TTL/3 and flushes the checkpoint every checkpoint interval, on
-// its own schedule: a consumer that stops reading does not stop either. Flushes run on a
+// keep renews the lease every TTL/3 on its own schedule, whatever the consumer does, until
+// the shard's life stops it or the lease is lost. Checkpoints are written by the flusher, a
 // goroutine of their own, so that a checkpoint write stuck for up to the request timeout never
 // delays a renewal past the TTL.
 func (w *worker) keep() {
-	s := w.sub
-	defer s.keepers.Done()
 	defer close(w.keeperDone)
-	var flusher sync.WaitGroup
-	defer flusher.Wait()
-	if s.cfg.checkpointInterval > 0 {
-		flusher.Add(1)
-		go func() { // owned by the keeper, which waits for it before it returns
-			defer flusher.Done()
-			w.flushEvery(s.cfg.checkpointInterval)
-		}()
-	}
+	ttl := w.env.cfg.leaseTTL
 	// Reading must stop before the lease can lapse under it, whether renewals fail fast, hang,
 	// or a store call overstays its context: the deadline is kept by a timer of its own, which
 	// keep stops, or waits for, before it returns.
@@ -37,11 +25,13 @@ func (w *worker) keep() {
 			<-fired
 		}
 	}()
-	renew := time.NewTicker(s.cfg.leaseTTL / 3)
+	renew := time.NewTicker(ttl / 3)
 	defer renew.Stop()
 	for {
 		select {
-		case <-w.keeperStop:
+		case <-w.stopKeep:
+			return
+		case <-w.lost:
 			return
 		case <-renew.C:
 			if !w.renew() || !expire.Stop() {
@@ -57,25 +47,25 @@ func (w *worker) keep() {
 // TTL from when the store applied that renewal, so the reader stops at least TTL/3 before the
 // lease can be taken as expired, and a thief that stole it waits out this deadline (stealWait).
 func (w *worker) renewDeadline() time.Time {
-	return time.Unix(0, w.lastRenew.Load()).Add(w.sub.cfg.leaseTTL * 2 / 3)
+	return time.Unix(0, w.lastRenew.Load()).Add(w.env.cfg.leaseTTL * 2 / 3)
 }
 
 // renew extends the lease; it reports false when the lease is lost: fenced by another owner,
 // or not renewed before renewDeadline. The call itself may run until that deadline and no
 // longer, so a hung store is noticed as soon as it matters.
 func (w *worker) renew() bool {
-	s := w.sub
+	env := w.env
 	deadline := w.renewDeadline()
 	if !time.Now().Before(deadline) {
 		w.lose("not renewed in time")
 		return false
 	}
-	ctx, cancel := context.WithDeadline(s.bgCtx, deadline)
+	ctx, cancel := context.WithDeadline(env.bgCtx, deadline)
 	defer cancel()
-	ctx, cancelReq := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	ctx, cancelReq := context.WithTimeout(ctx, env.cfg.requestTimeout)
 	defer cancelReq()
 	before := time.Now()
-	ok, err := s.cfg.store.Renew(ctx, w.key, s.cfg.owner, s.cfg.leaseTTL)
+	ok, err := env.store.Renew(ctx, w.key, w.tenure, env.cfg.leaseTTL)
 	switch {
 	case err == nil && ok:
 		w.lastRenew.Store(before.UnixNano())
@@ -84,7 +74,7 @@ func (w *worker) renew() bool {
 		w.lose("fenced by another owner")
 		return false
 	}
-	s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpRenew, Err: err})
+	env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpRenew, Err: err})
 	if !time.Now().Before(deadline) {
 		w.lose("not renewed in time")
 		return false
@@ -92,20 +82,9 @@ func (w *worker) renew() bool {
 	return true
 }
 
-// lose stops the shard after its lease was lost: no further checkpoint, and nothing more
-// delivered from it, not even the record the dispatcher holds. The new owner replays from the
-// last checkpoint.
+// lose ends the shard after its lease was lost: no further checkpoint, and nothing more
+// delivered from it, not even what the dispatcher holds. The new owner replays from the last
+// checkpoint.
 func (w *worker) lose(why string) {
-	if !w.lost.CompareAndSwap(false, true) {
-		return
-	}
-	w.bump()
-	w.cancelRead()
-	w.stopKeeper()
-	// The dispatcher re-checks the gate of the record it holds; it always answers at once, or
-	// has returned.
-	_ = w.sub.fenceDispatch(context.Background())
-	w.stats.transition(transLost)
-	w.log.Info("lease lost", "why", why)
-	w.sub.report(&ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpLease, Err: fmt.Errorf("%w: %s", ErrLeaseLost, why)})
+	w.env.invalidate([]*worker{w}, &ending{cause: causeLoss, why: why})
 }

@@ -133,8 +133,8 @@ func TestKPLSubSequenceCheckpoints(t *testing.T) {
 	defer cancel()
 	require.NoError(t, first.Close(closeCtx))
 	l := readLease(t, store, s.name, shard)
-	require.Equal(t, seqA, l.Checkpoint)
-	require.Equal(t, int64(4), l.SubSequence, "four user records of the aggregate handled")
+	require.Equal(t, seqA, l.Checkpoint.Sequence)
+	require.Equal(t, int64(4), l.Checkpoint.SubSequence, "four user records of the aggregate handled")
 
 	second := subscribeT(t, s, opts...)
 	want := []string{"a4", "a5", "a6", "a7", "a8", "a9", "c0", "c1", "c2", "p"}
@@ -154,7 +154,7 @@ func TestKPLSubSequenceCheckpoints(t *testing.T) {
 	}
 	require.NoError(t, second.Commit(context.Background()))
 	l = readLease(t, store, s.name, shard)
-	require.Equal(t, []any{seqP, int64(0)}, []any{l.Checkpoint, l.SubSequence})
+	require.Equal(t, []any{seqP, int64(0)}, []any{l.Checkpoint.Sequence, l.Checkpoint.SubSequence})
 
 	// Seek to a user record inside the aggregate: it and what follows, not the whole aggregate.
 	require.NoError(t, second.Seeker().Seek(context.Background(), a6.Position()))
@@ -163,7 +163,7 @@ func TestKPLSubSequenceCheckpoints(t *testing.T) {
 	require.Equal(t, "p", payloads(recv(t, second, 1, true))[0])
 	require.NoError(t, second.Commit(context.Background()))
 	l = readLease(t, store, s.name, shard)
-	require.Equal(t, []any{seqP, int64(0)}, []any{l.Checkpoint, l.SubSequence})
+	require.Equal(t, []any{seqP, int64(0)}, []any{l.Checkpoint.Sequence, l.Checkpoint.SubSequence})
 	none(t, second)
 }
 

@@ -75,10 +75,11 @@ func (m *Message) Data() []byte {
 }
 
 // Headers returns the user headers the record carried in its envelope, names lowercased (as the
-// Rust crate reads them); never nil.
+// Rust crate reads them), or nil when it carried none (a nil map reads as empty: h["x"] is "",
+// len(h) is 0). The map must not be modified.
 func (m *Message) Headers() map[string]string {
-	if m.ext == nil || m.ext.headers == nil {
-		return map[string]string{}
+	if m.ext == nil {
+		return nil
 	}
 	return m.ext.headers
 }
@@ -142,15 +143,21 @@ func (m *Message) Position() Position {
 // is a no-op. A second Ack or Nack returns ErrAlreadySettled; Ack or Nack once Close has
 // returned returns ErrClosed (what was not settled by then is delivered again, by this
 // subscriber or the shard's next owner).
-func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false, false) }
+func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false) }
 
-// Nack gives the message back. With requeue false the message is skipped: treated as handled.
-// With requeue true it stays unhandled: the shard's checkpoint cannot pass it, so it and every
-// later record of its shard are delivered again when the shard's lease is next taken (after a
-// restart or a handoff). Reading goes on meanwhile, up to the in-flight cap.
-func (m *Message) Nack(ctx context.Context, requeue bool) error { return m.settle(ctx, true, requeue) }
+// Nack gives the message back unhandled: the shard's checkpoint cannot pass it, so it and
+// every later record of its shard are delivered again when the shard's lease is next taken
+// (after a restart or a handoff), and not before: Nack does not retry. Until then it holds
+// the shard's checkpoint where it is, and, since WithMaxInFlight counts from the oldest
+// unsettled record, the shard stops reading once that many more were fetched (Shards shows
+// it as OldestUnsettled). To retry a record in process, with backoff and a dead-letter
+// function, consume with Process; to skip a record, Ack it.
+func (m *Message) Nack(ctx context.Context) error { return m.settle(ctx, true) }
 
-func (m *Message) settle(ctx context.Context, nack, requeue bool) error {
+func (m *Message) settle(ctx context.Context, nack bool) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	w := m.shard()
 	if w != nil && w.closed() {
 		return ErrClosed
@@ -161,6 +168,6 @@ func (m *Message) settle(ctx context.Context, nack, requeue bool) error {
 	if w == nil {
 		return nil
 	}
-	w.stats.settled(ctx, m, nack, requeue)
-	return w.settle(ctx, m, !requeue)
+	w.stats.settled(ctx, m, nack)
+	return w.settle(ctx, m, !nack)
 }

@@ -45,7 +45,6 @@ const (
 	attrOutcome     = attribute.Key("kinesub.outcome")
 	attrResult      = attribute.Key("kinesub.result")
 	attrTransition  = attribute.Key("kinesub.transition")
-	attrRequeue     = attribute.Key("kinesub.requeue")
 )
 
 const systemKinesis = "aws_kinesis"
@@ -158,12 +157,10 @@ type metrics struct {
 // shardStats are one shard's tallies, kept for the life of the subscription so that its
 // counters never go back when its lease moves away and comes back.
 type shardStats struct {
-	m       *metrics
-	id      string
-	attrs   metric.MeasurementOption // system, stream, shard
-	requeue metric.MeasurementOption // the same and kinesub.requeue=true
-	skip    metric.MeasurementOption // the same and kinesub.requeue=false
-	timed   []metric.RecordOption    // attrs, made once: a variadic call would allocate per measurement
+	m     *metrics
+	id    string
+	attrs metric.MeasurementOption // system, stream, shard
+	timed []metric.RecordOption    // attrs, made once: a variadic call would allocate per measurement
 
 	// consumed is written by the dispatcher, the others by the consumer: each on a cache line
 	// of its own, so that the two goroutines do not take the line from each other per record.
@@ -171,8 +168,7 @@ type shardStats struct {
 	consumed atomic.Int64
 	_        [64]byte
 	acked    atomic.Int64
-	nackSkip atomic.Int64
-	nackKeep atomic.Int64
+	nacked   atomic.Int64
 	_        [64]byte
 }
 
@@ -203,7 +199,7 @@ func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
 		metric.WithDescription("Deliveries settled with Ack."))
 	add(e)
 	m.nacked, e = meter.Int64ObservableCounter("kinesub.records.nacked", metric.WithUnit("{message}"),
-		metric.WithDescription("Deliveries settled with Nack, by requeue."))
+		metric.WithDescription("Deliveries given back with Nack, unhandled."))
 	add(e)
 	m.behind, e = meter.Int64ObservableGauge("kinesub.shard.millis_behind_latest", metric.WithUnit("ms"),
 		metric.WithDescription("MillisBehindLatest of the last page read from each shard held here."))
@@ -230,8 +226,7 @@ func (m *metrics) observe(held func() []*worker) error {
 		for _, st := range m.shards {
 			o.ObserveInt64(m.consumedC, st.consumed.Load(), st.attrs)
 			o.ObserveInt64(m.acked, st.acked.Load(), st.attrs)
-			o.ObserveInt64(m.nacked, st.nackKeep.Load(), st.requeue)
-			o.ObserveInt64(m.nacked, st.nackSkip.Load(), st.skip)
+			o.ObserveInt64(m.nacked, st.nacked.Load(), st.attrs)
 		}
 		m.mu.Unlock()
 		ws := held()
@@ -272,11 +267,9 @@ func (m *metrics) shard(id string) *shardStats {
 	if st == nil {
 		base := []attribute.KeyValue{attrSystem.String(systemKinesis), m.stream, attrShard.String(id)}
 		st = &shardStats{
-			m:       m,
-			id:      id,
-			attrs:   metric.WithAttributeSet(attribute.NewSet(base...)),
-			requeue: metric.WithAttributeSet(attribute.NewSet(append(base, attrRequeue.Bool(true))...)),
-			skip:    metric.WithAttributeSet(attribute.NewSet(append(base, attrRequeue.Bool(false))...)),
+			m:     m,
+			id:    id,
+			attrs: metric.WithAttributeSet(attribute.NewSet(base...)),
 		}
 		st.timed = []metric.RecordOption{st.attrs}
 		m.shards[id] = st
@@ -317,18 +310,15 @@ func (m *metrics) consumedPage(page []Message) {
 	}
 }
 
-// settled counts msg's Ack (handled, not nack), or its Nack with or without requeue.
-func (st *shardStats) settled(ctx context.Context, msg *Message, nack, requeue bool) {
+// settled counts msg's Ack, or its Nack.
+func (st *shardStats) settled(ctx context.Context, msg *Message, nack bool) {
 	if st == nil {
 		return
 	}
-	switch {
-	case !nack:
+	if nack {
+		st.nacked.Add(1)
+	} else {
 		st.acked.Add(1)
-	case requeue:
-		st.nackKeep.Add(1)
-	default:
-		st.nackSkip.Add(1)
 	}
 	if at := atomic.LoadInt64(&msg.handed); at != 0 {
 		st.m.settle.Record(ctx, time.Since(time.Unix(0, at)).Seconds(), st.timed...)
@@ -368,20 +358,6 @@ func (m *metrics) checkpointWritten(ctx context.Context, id string, ok bool, err
 	}
 	m.checkpoints.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(
 		attrSystem.String(systemKinesis), m.stream, attrShard.String(id), attrResult.String(result))))
-}
-
-// heldWorkers returns the shards this subscriber reads, its lease not lost: what the
-// per-shard gauges report.
-func (s *Subscriber) heldWorkers() []*worker {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ws := make([]*worker, 0, len(s.workers))
-	for _, w := range s.workers {
-		if !w.lost.Load() {
-			ws = append(ws, w)
-		}
-	}
-	return ws
 }
 
 // transReleasedOr is the transition of a lease released at Close (released) or for balance

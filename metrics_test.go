@@ -284,17 +284,16 @@ func TestMetricsNacks(t *testing.T) {
 	sub := subscribeFake(t, f, fakeOpts(WithStartAt(Horizon()), WithMeterProvider(mt.provider))...)
 	got := recv(t, sub, 4, false)
 	require.NoError(t, got[0].Ack(context.Background()))
-	require.NoError(t, got[1].Nack(context.Background(), false))
-	require.NoError(t, got[2].Nack(context.Background(), true))
-	require.NoError(t, got[3].Nack(context.Background(), true))
+	require.NoError(t, got[1].Ack(context.Background()))
+	require.NoError(t, got[2].Nack(context.Background()))
+	require.NoError(t, got[3].Nack(context.Background()))
 	require.ErrorIs(t, got[3].Ack(context.Background()), ErrAlreadySettled)
 	// The dispatcher counts a record once its hand-off returns, which may be after the
 	// consumer received it.
 	eventually(t, 30*time.Second, "4 consumed", func() bool { return mt.sum("messaging.client.consumed.messages") == 4 })
-	require.EqualValues(t, 1, mt.sum("kinesub.records.acked"))
-	require.EqualValues(t, 1, mt.sum("kinesub.records.nacked", string(attrRequeue), "false"))
-	require.EqualValues(t, 2, mt.sum("kinesub.records.nacked", string(attrRequeue), "true"))
-	require.EqualValues(t, 2, mt.sum("kinesub.in_flight"), "a requeued record stays unsettled")
+	require.EqualValues(t, 2, mt.sum("kinesub.records.acked"))
+	require.EqualValues(t, 2, mt.sum("kinesub.records.nacked"))
+	require.EqualValues(t, 2, mt.sum("kinesub.in_flight"), "a nacked record stays unsettled")
 }
 
 // TestMeterProviderOptionRejectsNil checks that a nil provider is refused before any I/O.
@@ -340,13 +339,14 @@ func TestMetricsCheckpointResults(t *testing.T) {
 	ok, err := store.Acquire(ctx, "s/shard-1", "a", time.Minute)
 	require.True(t, ok)
 	require.NoError(t, err)
-	ok, err = store.Checkpoint(ctx, "s/shard-1", "a", "1", 0)
+	a := lease.Tenure{Owner: "a", Counter: 1}
+	ok, err = store.Checkpoint(ctx, "s/shard-1", a, lease.Checkpoint{Sequence: "1"})
 	require.True(t, ok)
 	require.NoError(t, err)
-	ok, err = store.Checkpoint(ctx, "s/shard-1", "b", "2", 0)
+	ok, err = store.Checkpoint(ctx, "s/shard-1", lease.Tenure{Owner: "b", Counter: 1}, lease.Checkpoint{Sequence: "2"})
 	require.False(t, ok)
 	require.NoError(t, err)
-	_, err = store.Checkpoint(ctx, "s/shard-1", "a", "", 0)
+	_, err = store.Checkpoint(ctx, "s/shard-1", a, lease.Checkpoint{})
 	require.ErrorIs(t, err, lease.ErrInvalidArgument)
 
 	for result, want := range map[string]float64{"ok": 1, "fenced": 1, "error": 1} {

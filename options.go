@@ -22,11 +22,11 @@ type Option func(*config)
 type config struct {
 	store              lease.Store
 	owner              string
-	batchSize          int32
+	batchSize          int
 	pollInterval       time.Duration
 	shardSyncInterval  time.Duration
 	leaseTTL           time.Duration
-	createShards       int32 // 0: do not create
+	createShards       int // 0: do not create
 	logger             *slog.Logger
 	checkpointInterval time.Duration
 	maxInFlight        int
@@ -154,7 +154,7 @@ func WithOwner(owner string) Option {
 
 // WithBatchSize sets the most records one GetRecords call asks for, overriding the default 1000.
 // Range 1 to 10000 (the service's limit).
-func WithBatchSize(n int32) Option { return func(c *config) { c.batchSize = n } }
+func WithBatchSize(n int) Option { return func(c *config) { c.batchSize = n } }
 
 // WithPollInterval sets how long a reader waits after an empty GetRecords response before it
 // polls that shard again, overriding the default 1s (the service's advice for idle shards).
@@ -181,7 +181,7 @@ func WithLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL 
 // WithCreateIfMissing makes Subscribe create the stream with the given number of shards
 // (provisioned mode) when it does not exist, and wait until it is active. By default a missing
 // stream is an error (ErrStreamNotFound). Range 1 to 10000.
-func WithCreateIfMissing(shards int32) Option {
+func WithCreateIfMissing(shards int) Option {
 	return func(c *config) {
 		if shards < 1 || shards > maxCreate {
 			c.reject("WithCreateIfMissing", shards, fmt.Sprintf("must be between 1 and %d shards", maxCreate))

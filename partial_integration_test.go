@@ -40,7 +40,7 @@ func TestStreamRecreatedUnderSameName(t *testing.T) {
 	recv(t, first, 3, true)
 	require.NoError(t, first.Close(context.Background()))
 	shard := s.shardIDs()[0]
-	require.NotEmpty(t, readLease(t, store, s.name, shard).Checkpoint)
+	require.NotEmpty(t, readLease(t, store, s.name, shard).Checkpoint.Sequence)
 
 	old, err := s.c.DescribeStreamSummary(context.Background(), &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(s.name)})
 	require.NoError(t, err)

@@ -72,12 +72,12 @@ func (f *flakyStore) Steal(ctx context.Context, key, owner string, counter int64
 	return f.Store.Steal(ctx, key, owner, counter, ttl)
 }
 
-func (f *flakyStore) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (f *flakyStore) Renew(ctx context.Context, key string, h lease.Tenure, ttl time.Duration) (bool, error) {
 	if err := f.gate(ctx); err != nil {
 		return false, err
 	}
 	sent := time.Now()
-	ok, err := f.Store.Renew(ctx, key, owner, ttl)
+	ok, err := f.Store.Renew(ctx, key, h, ttl)
 	if ok && err == nil {
 		f.lastRenewSent.Store(sent.UnixNano())
 		if m := f.breakAfterRenew.Swap(0); m != 0 {
@@ -88,11 +88,11 @@ func (f *flakyStore) Renew(ctx context.Context, key, owner string, ttl time.Dura
 	return ok, err
 }
 
-func (f *flakyStore) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
+func (f *flakyStore) Checkpoint(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint) (bool, error) {
 	if err := f.gate(ctx); err != nil {
 		return false, err
 	}
-	return f.Store.Checkpoint(ctx, key, owner, seq, sub)
+	return f.Store.Checkpoint(ctx, key, h, cp)
 }
 
 func (f *flakyStore) Read(ctx context.Context, key string) (lease.Lease, error) {
@@ -102,11 +102,11 @@ func (f *flakyStore) Read(ctx context.Context, key string) (lease.Lease, error) 
 	return f.Store.Read(ctx, key)
 }
 
-func (f *flakyStore) Release(ctx context.Context, key, owner string) error {
+func (f *flakyStore) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
 	if err := f.gate(ctx); err != nil {
-		return err
+		return false, err
 	}
-	return f.Store.Release(ctx, key, owner)
+	return f.Store.Release(ctx, key, h)
 }
 
 func (f *flakyStore) List(ctx context.Context) ([]lease.Lease, error) {
@@ -123,18 +123,18 @@ func (f *flakyStore) Delete(ctx context.Context, key string, counter int64) (boo
 	return f.Store.Delete(ctx, key, counter)
 }
 
-// delivery is one record as a consumer received it, and when.
-type delivery struct {
+// arrival is one record as a consumer received it, and when.
+type arrival struct {
 	shard string
 	at    time.Time
 }
 
 // deliveryLog receives and acks everything a subscriber delivers, noting when.
-type deliveryLog struct{ *collector[delivery] }
+type deliveryLog struct{ *collector[arrival] }
 
 func logDeliveries(sub *Subscriber) deliveryLog {
-	return deliveryLog{collect(sub.Messages(), func(m *Message) delivery {
-		d := delivery{m.ShardID(), time.Now()}
+	return deliveryLog{collect(sub.Messages(), func(m *Message) arrival {
+		d := arrival{m.ShardID(), time.Now()}
 		_ = m.Ack(context.Background())
 		return d
 	})}
@@ -357,9 +357,9 @@ func TestCallsBoundedOnHungStore(t *testing.T) {
 		for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
 			var se *ShardError
 			require.ErrorAs(t, e, &se)
-			named = append(named, se.Op+" "+se.Shard)
+			named = append(named, string(se.Op)+" "+se.Shard)
 		}
-		require.Contains(t, named, OpRelease+" shardId-000000000000", "Close says what it could not write")
+		require.Contains(t, named, string(OpRelease)+" shardId-000000000000", "Close says what it could not write")
 		require.Equal(t, err, sub.Close(context.Background()), "every Close returns the same result")
 		store.set(storeOK)
 	})
@@ -471,9 +471,9 @@ func TestSettleAfterClose(t *testing.T) {
 		synctest.Wait() // Close waits for a and b to settle
 		require.NoError(t, a.Ack(context.Background()), "an ack during the drain counts")
 		require.NoError(t, <-closed)
-		require.Equal(t, seqs[0], readLease(t, store, "late", "shardId-000000000000").Checkpoint)
+		require.Equal(t, seqs[0], readLease(t, store, "late", "shardId-000000000000").Checkpoint.Sequence)
 		require.ErrorIs(t, b.Ack(context.Background()), ErrClosed)
-		require.ErrorIs(t, b.Nack(context.Background(), true), ErrClosed)
+		require.ErrorIs(t, b.Nack(context.Background()), ErrClosed)
 	})
 }
 
@@ -518,10 +518,10 @@ func TestErrorsAreShardErrors(t *testing.T) {
 		f.add(0, time.Now(), "a")
 		require.NoError(t, (<-sub.Messages()).Ack(context.Background()))
 		store.set(storeFail)
-		known := map[string]bool{OpListShards: true, OpGetShardIterator: true, OpGetRecords: true, OpDecode: true,
+		known := map[Op]bool{OpListShards: true, OpGetShardIterator: true, OpGetRecords: true, OpDecode: true,
 			OpListLeases: true, OpAcquire: true, OpSteal: true, OpReadLease: true, OpRenew: true, OpLease: true,
 			OpCheckpoint: true, OpRelease: true, OpDeleteLease: true, OpHeartbeat: true, OpDeleteHeartbeat: true, OpSeek: true}
-		seen := map[string]bool{}
+		seen := map[Op]bool{}
 		for len(seen) < 4 { // list leases, heartbeat, renew, lease lost
 			err := <-sub.Errors()
 			var se *ShardError

@@ -47,7 +47,7 @@ func (r *reader) openedAt(at Position) {
 
 // loop reads until the shard ends (true) or the reader must stop (false).
 func (r *reader) loop() bool {
-	w, s := r.w, r.w.sub
+	w, env := r.w, r.w.env
 	for {
 		if r.ctx.Err() != nil {
 			return false
@@ -81,7 +81,7 @@ func (r *reader) loop() bool {
 			r.failed(opOf(err, OpGetRecords), err)
 			continue
 		}
-		r.ask = min(r.ask*2, int(s.cfg.batchSize))
+		r.ask = min(r.ask*2, env.cfg.batchSize)
 		r.attempt = 0
 		w.throttled.Store(false)
 		w.millisBehind.Store(pg.millisBehind)
@@ -114,7 +114,7 @@ func (r *reader) open() bool {
 	w := r.w
 	at := r.start
 	w.mu.Lock()
-	if w.lastSeq != "" && w.gen == r.gen {
+	if w.lastSeq != "" && w.wmGen == r.gen {
 		at = Position{kind: posAfter, sequence: w.lastSeq}
 	}
 	w.mu.Unlock()
@@ -138,7 +138,7 @@ func (r *reader) open() bool {
 // written after the open and before the first read: a checkpoint in the store then always means
 // that records published from then on are read.
 func (r *reader) mark() {
-	w, s := r.w, r.w.sub
+	w, env := r.w, r.w.env
 	if w.markAt == nil {
 		return
 	}
@@ -147,20 +147,25 @@ func (r *reader) mark() {
 	if m == "" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, env.cfg.requestTimeout)
 	defer cancel()
 	if w.lockFlush(ctx) != nil {
 		return
 	}
 	defer w.unlockFlush()
-	if w.written != "" {
+	if w.written.Sequence != "" || !w.state().mayCheckpoint() {
 		return
 	}
-	if _, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, m, 0); err != nil {
-		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
-		return
+	cp := lease.Checkpoint{Sequence: m}
+	ok, err := env.store.Checkpoint(ctx, w.key, w.tenure, cp)
+	switch {
+	case err != nil:
+		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
+	case !ok:
+		w.lose("checkpoint fenced")
+	default:
+		w.setWritten(cp)
 	}
-	w.setWritten(m, 0)
 }
 
 // opened notes that the shard was opened: whatever the stored checkpoint was, it is behind us.
@@ -172,8 +177,8 @@ func (r *reader) opened() {
 }
 
 // failed handles a failed call: fatal, reopen, or back off and retry.
-func (r *reader) failed(op string, err error) {
-	w, s := r.w, r.w.sub
+func (r *reader) failed(op Op, err error) {
+	w, env := r.w, r.w.env
 	kind := classify(r.ctx, err)
 	switch kind {
 	case errStopped:
@@ -183,7 +188,7 @@ func (r *reader) failed(op string, err error) {
 		r.isOpen = false
 		return
 	case errGone:
-		s.fail(fmt.Errorf("%w: %s: %w", ErrStreamNotFound, s.stream, &ShardError{Stream: s.stream, Shard: w.id, Op: op, Err: err}))
+		env.fail(fmt.Errorf("%w: %s: %w", ErrStreamNotFound, env.stream, &ShardError{Stream: env.stream, Shard: w.id, Op: op, Err: err}))
 		<-r.ctx.Done()
 		return
 	case errThrottled:
@@ -194,7 +199,7 @@ func (r *reader) failed(op string, err error) {
 	}
 	// The error itself goes to Errors; the log only says that the shard retries.
 	w.log.Debug("retrying", "op", op, "attempt", r.attempt)
-	s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: op, Err: err})
+	env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: op, Err: err})
 	r.sleep(backoff(r.attempt))
 	r.attempt++
 }
@@ -219,7 +224,7 @@ func (r *reader) sleep(d time.Duration) bool {
 func (r *reader) waitRoom() bool {
 	w := r.w
 	return r.waitUntil(func() bool {
-		return w.gen != r.gen || w.hasRoom()
+		return w.wmGen != r.gen || w.hasRoom()
 	})
 }
 
@@ -254,8 +259,8 @@ func (r *reader) room() int {
 	w := r.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	c := &w.sub.cfg
-	if w.gen != r.gen {
+	c := w.env.cfg
+	if w.wmGen != r.gen {
 		return c.maxInFlight
 	}
 	n := c.maxInFlight - w.wm.unsettled()
@@ -279,7 +284,7 @@ func (r *reader) deliver(records []types.Record) bool {
 	if len(records) == 0 {
 		return true
 	}
-	w, s := r.w, r.w.sub
+	w, env := r.w, r.w.env
 	pg := &shardPage{shard: w, gen: r.gen, records: records}
 	msgs := make([]Message, len(records))
 	n := 0
@@ -355,12 +360,13 @@ func (r *reader) deliver(records []types.Record) bool {
 			slots = append(slots, slot{seq: seq, sub: int32(next), size: int32(len(sub.data))})
 		}
 	}
+	now := time.Now().UnixNano()
 	w.mu.Lock()
-	if w.gen != r.gen {
+	if w.wmGen != r.gen {
 		w.mu.Unlock()
 		return false
 	}
-	pg.first = w.wm.trackAll(slots)
+	pg.first = w.wm.trackAll(slots, now)
 	for _, at := range badAt {
 		w.wm.settle(pg.first + uint64(at))
 		w.dirty = true
@@ -369,14 +375,14 @@ func (r *reader) deliver(records []types.Record) bool {
 	w.mu.Unlock()
 	r.slots = slots[:0] // kept for the next page; it holds on to one page's sequence numbers at most
 	for _, err := range bad {
-		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpDecode, Err: err})
+		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpDecode, Err: err})
 	}
 	if n == 0 {
 		return true
 	}
 	pg.msgs = msgs[:n]
 	select {
-	case s.hand.in <- pg:
+	case env.hand.in <- pg:
 		return true
 	case <-r.ctx.Done():
 	case <-w.seekNote:
@@ -393,22 +399,26 @@ func growPage(msgs []Message) []Message {
 }
 
 // finish completes a shard that returned its last records: once every delivery is settled,
-// it checkpoints SHARD_END so that children may start. It reports false when interrupted (a
-// seek, a stop, a lost lease, or a failed write to retry).
+// it checkpoints SHARD_END, so that children may start, and the shard ends. It reports false
+// when interrupted (a seek, a stop, a lost lease, or a failed write to retry).
 func (r *reader) finish() bool {
-	w, s := r.w, r.w.sub
+	w, env := r.w, r.w.env
 	if !r.waitUntil(func() bool { return w.wm.unsettled() == 0 }) {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, s.cfg.requestTimeout)
+	ctx, cancel := context.WithTimeout(r.ctx, env.cfg.requestTimeout)
 	defer cancel()
 	if w.lockFlush(ctx) != nil {
 		return false
 	}
 	defer w.unlockFlush()
-	ok, err := s.cfg.store.Checkpoint(ctx, w.key, s.cfg.owner, lease.ShardEnd, 0)
+	if !w.state().mayCheckpoint() {
+		return false
+	}
+	end := lease.Checkpoint{Sequence: lease.ShardEnd}
+	ok, err := env.store.Checkpoint(ctx, w.key, w.tenure, end)
 	if err != nil {
-		s.report(&ShardError{Stream: s.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
+		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
 		r.isOpen = false // the shard's end is found again after the backoff
 		r.sleep(backoff(r.attempt))
 		r.attempt++
@@ -418,6 +428,9 @@ func (r *reader) finish() bool {
 		w.lose("checkpoint fenced")
 		return false
 	}
-	w.setWritten(lease.ShardEnd, 0)
+	// Under the flush lock: no flush of the watermark, which stops short of SHARD_END, can
+	// follow this write.
+	w.setWritten(end)
+	w.moveTo(stateEnded, "read to its end")
 	return true
 }

@@ -54,82 +54,56 @@ func (k *Seeker) Seek(ctx context.Context, p Position) error {
 
 func (k *Seeker) seekStream(ctx context.Context, p Position) error {
 	s := k.s
-	if !s.lockOpen() {
+	ws, ok := s.table.install(p)
+	if !ok {
 		return ErrClosed
 	}
-	s.epoch++
-	known := make(map[string]bool, len(s.shards))
-	for id := range s.shards {
-		known[id] = true
-	}
-	s.installed = &install{pos: p, epoch: s.epoch, known: known}
-	type move struct {
-		w   *worker
-		gen uint64
-	}
-	moves := make([]move, 0, len(s.workers))
-	for id, w := range s.workers {
-		s.applied[id] = s.epoch
-		moves = append(moves, move{w, w.bump()})
-	}
-	s.mu.Unlock()
-	// From here the seek has taken effect: the dispatcher must drop what it holds whatever ctx
-	// does (it always answers at once, or has stopped).
-	if err := s.fenceDispatch(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	errs := make([]error, len(moves))
+	// From here the seek has taken effect: the gates move and the dispatcher drops what it
+	// holds whatever ctx does (it always answers at once, or has stopped).
+	gens := s.env.invalidate(ws, &ending{cause: causeSeek, why: "seek to " + p.String()})
+	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
-	for i, m := range moves {
-		wg.Add(1)
-		go func() { // owned by this Seek, which waits for it
-			defer wg.Done()
-			errs[i] = m.w.reposition(ctx, m.gen, p)
-		}()
+	for i, w := range ws {
+		if gens[i] == 0 {
+			continue // lost, finished or handed back meanwhile: its next reader opens at p
+		}
+		wg.Go(func() { // owned by this Seek, which waits for it
+			errs[i] = w.reposition(ctx, gens[i], p)
+		})
 	}
 	wg.Wait()
-	s.log.Info("seek", "to", p.String(), "shards", len(moves))
+	s.log.Info("seek", "to", p.String(), "shards", len(ws))
 	return errors.Join(errs...)
 }
 
 func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 	s := k.s
-	if !s.lockOpen() {
-		return ErrClosed
-	}
-	w := s.workers[p.shard]
-	_, known := s.shards[p.shard]
-	known = known || !s.listed // not listed yet: the shard may well exist
-	finished := s.finished[p.shard]
-	s.mu.Unlock()
-	switch {
-	case w != nil && (w.ended.Load() || w.lost.Load()):
-		if w.ended.Load() {
-			return fmt.Errorf("%w: %s", ErrShardFinished, p.shard)
-		}
-		return fmt.Errorf("%w: %s", ErrShardNotOwned, p.shard)
-	case w != nil:
-	case finished:
-		return fmt.Errorf("%w: %s", ErrShardFinished, p.shard)
-	case !known:
-		return fmt.Errorf("%w: %s", ErrUnknownShard, p.shard)
-	default:
-		return fmt.Errorf("%w: %s", ErrShardNotOwned, p.shard)
+	w, err := s.table.seekTarget(p.shard)
+	if err != nil {
+		return err
 	}
 	// Ask the service for the target first, so that a target it refuses changes nothing.
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-	_, err := s.client.GetShardIterator(cctx, p.iteratorInput(s.ref, p.shard), noRetry)
+	_, err = s.client.GetShardIterator(cctx, p.iteratorInput(s.ref, p.shard), noRetry)
 	cancel()
 	if err != nil {
 		return &ShardError{Stream: s.stream, Shard: p.shard, Op: OpSeek, Err: fmt.Errorf("not moved: %w", err)}
 	}
-	gen := w.bump()
-	if err := s.fenceDispatch(context.WithoutCancel(ctx)); err != nil {
-		return err
+	gen := s.env.invalidate([]*worker{w}, &ending{cause: causeSeek, why: "seek to " + p.String()})[0]
+	if gen == 0 {
+		return notReading(w)
 	}
 	err = w.reposition(ctx, gen, p)
 	s.log.Info("seek", "to", p.String())
 	return err
+}
+
+// notReading is the error of a shard-scoped seek on a shard whose life here is ending.
+func notReading(w *worker) error {
+	if w.state() == stateEnded {
+		return fmt.Errorf("%w: %s", ErrShardFinished, w.id)
+	}
+	return fmt.Errorf("%w: %s (its lease was lost or is being given up)", ErrShardNotOwned, w.id)
 }
 
 // reposition writes the shard's watermark once more, resets it to generation gen, and hands
@@ -138,21 +112,18 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 // the last write of the old watermark and the wait for the reader.
 func (w *worker) reposition(ctx context.Context, gen uint64, p Position) error {
 	if err := w.flush(ctx); err != nil {
-		w.sub.reportAll(err)
+		w.env.reportAll(err)
 	}
 	w.mu.Lock()
-	if w.gen < gen {
+	if w.wmGen < gen {
 		w.wm = watermark{}
-		w.gen = gen
+		w.wmGen = gen
 		w.dirty = false
 		w.lastSeq = ""
 	}
 	w.mu.Unlock()
 	if w.waitingRoom.Load() {
-		select {
-		case w.room <- struct{}{}:
-		default:
-		}
+		w.wakeReader()
 	}
 	cmd := &seekCmd{pos: p, gen: gen, done: make(chan error, 1)}
 	w.seekMu.Lock()
@@ -166,12 +137,12 @@ func (w *worker) reposition(ctx context.Context, gen uint64, p Position) error {
 	case err := <-cmd.done:
 		return err
 	case <-w.readerDone:
-		if w.lost.Load() {
-			return fmt.Errorf("%w: %s (lease lost during seek)", ErrShardNotOwned, w.id)
+		if w.env.runCtx.Err() != nil {
+			return ErrClosed
 		}
-		return ErrClosed
+		return notReading(w)
 	case <-ctx.Done():
-		return &ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpSeek, Err: fmt.Errorf("%w: %w", ErrSeekPending, ctx.Err())}
+		return &ShardError{Stream: w.env.stream, Shard: w.id, Op: OpSeek, Err: fmt.Errorf("%w: %w", ErrSeekPending, ctx.Err())}
 	}
 }
 
@@ -218,12 +189,12 @@ func (r *reader) apply(cmd *seekCmd) {
 		// Stopped while opening: say why, as reposition does, rather than "context canceled".
 		switch {
 		case r.ctx.Err() == nil:
-		case w.sub.runCtx.Err() != nil:
+		case w.env.runCtx.Err() != nil:
 			err = ErrClosed
 		default:
-			err = fmt.Errorf("%w: %s (lease lost or handed back during seek)", ErrShardNotOwned, w.id)
+			err = fmt.Errorf("%w: %s (lease lost or given up during seek)", ErrShardNotOwned, w.id)
 		}
-		cmd.done <- &ShardError{Stream: w.sub.stream, Shard: w.id, Op: OpSeek, Err: err}
+		cmd.done <- &ShardError{Stream: w.env.stream, Shard: w.id, Op: OpSeek, Err: err}
 		r.failed(opOf(err, OpGetShardIterator), err)
 		return
 	}

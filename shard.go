@@ -6,115 +6,273 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/lease"
 )
 
-// worker reads one leased shard and keeps its lease and checkpoint.
+// shardEnv is what the shards of one subscription share: settings, the lease store, and the
+// few services a shard calls on. A shard reaches its subscription only through it.
+type shardEnv struct {
+	cfg     *config // read only
+	store   lease.Store
+	client  kinesisiface.Kinesis
+	stream  string
+	ref     streamRef
+	hand    *handoff
+	metrics *metrics
+	log     *slog.Logger // the subscription's
+	// bgCtx ends at Close's deadline: it bounds every store call a shard makes on its own.
+	// runCtx ends when the subscription stops reading.
+	bgCtx, runCtx context.Context
+	done          <-chan struct{} // closed once Close has finished
+
+	report    func(*ShardError)
+	reportAll func(error)
+	changed   func(context.Context) // bumps the change row (changes.go)
+	fence     func()                // fences the Messages dispatcher (dispatch.go)
+	fail      func(error)           // ends the subscription with a fatal error
+	forget    func(w *worker)       // the shard's life is over (coordinator.go)
+	source    func(w *worker) shardSource
+}
+
+// loggerFor returns the logger of shard id.
+func (env *shardEnv) loggerFor(id string) *slog.Logger { return env.log.With(logShard, id) }
+
+// worker is one shard held here: its lifecycle (lifecycle.go), its reader (reader.go), its
+// lease keeper (keeper.go) and its watermark and checkpoints (checkpoint.go).
 type worker struct {
-	sub        *Subscriber
-	id         string
-	key        string
-	log        *slog.Logger
-	start      Position  // where the reader opens the shard
+	env    *shardEnv
+	id     string
+	key    string       // its lease's key
+	tenure lease.Tenure // the holding this subscriber's writes to the lease are conditional on
+	log    *slog.Logger
+	stats  *shardStats
+
+	// Lifecycle: state and gate change only in lifecycle.go.
+	lifeMu     sync.Mutex
+	st         atomic.Uint32 // a shardState, written with lifeMu held
+	gate       atomic.Uint64 // the generation; deliveries stamped with another are stale
+	work       *work         // the current generation's running work; under lifeMu
+	end        *ending       // set when the shard starts draining; under lifeMu
+	passed     bool          // the shard passed end's Close barrier; under lifeMu
+	lost       chan struct{} // closed when the lease is lost
+	readCtx    context.Context
+	cancelRead context.CancelFunc
+	readerDone chan struct{} // closed when the reader has returned (or will never run)
+	// The keeper and the flusher, started and waited for by life: each closes its channel when
+	// it returns (flusherDone is closed from the start without a flusher).
+	keeperDone, flusherDone chan struct{}
+	stopKeep                chan struct{}
+	stopOnce                sync.Once
+	out                     outstanding // deliveries handed out, not settled
+
+	// Where the reader opens the shard, chosen when the lease was taken (coordinator.go).
+	start      Position
 	startCkpt  bool      // start is the stored checkpoint
 	markAt     *Position // the shard has no checkpoint: the reader records where it opens
 	startDelay time.Duration
 
-	gate atomic.Uint64 // current generation; deliveries stamped otherwise are stale
-
-	mu      sync.Mutex
-	wm      watermark
-	gen     uint64 // generation of wm
-	dirty   bool   // wm.mark not yet written
-	lastSeq string // newest sequence number fetched in this generation
-
-	flushSem   chan struct{}           // held while a checkpoint write runs; waits end with ctx
-	written    string                  // newest checkpoint in the store as far as this worker knows
-	writtenSub int                     // its sub-sequence (lease.Lease.SubSequence)
-	shown      atomic.Pointer[written] // written, for Shards, which must not wait on a write
-
-	handedOut   atomic.Int64 // handed to the consumer, not yet settled
+	// The watermark (checkpoint.go), under mu.
+	mu          sync.Mutex
+	wm          watermark
+	wmGen       uint64 // the generation wm tracks: a seek starts a new one
+	dirty       bool   // wm.mark not yet written
+	lastSeq     string // newest sequence number fetched in this generation
 	waitingRoom atomic.Bool
 	room        chan struct{}
 
+	// Checkpoint writes (checkpoint.go).
+	flushSem    chan struct{}    // held while a checkpoint write runs; waits end with ctx
+	written     lease.Checkpoint // the newest checkpoint in the store, as far as this worker knows
+	shown       atomic.Pointer[lease.Checkpoint]
+	checkpoints atomic.Int64
+
+	lastRenew atomic.Int64 // when the last successful renewal (or the taking write) was sent (keeper.go)
+
+	// Seeks waiting for the reader (seek.go).
 	seekMu   sync.Mutex
 	seekReq  *seekCmd
 	seekNote chan struct{}
 
-	readCtx    context.Context // ends when the reader must stop
-	cancelRead context.CancelFunc
-	readerDone chan struct{}
-	keeperStop chan struct{}
-	keeperDone chan struct{}
-	stopOnce   sync.Once
-	lost       atomic.Bool
-	ended      atomic.Bool  // read to SHARD_END and checkpointed
-	leaving    atomic.Bool  // being handed back for balance
-	lastRenew  atomic.Int64 // when the last successful renewal (or the acquiring write) was sent
-	starting   atomic.Bool  // waiting out a stolen lease's previous owner (stealWait)
-	rejected   atomic.Bool  // Kinesis refuses the stored checkpoint (ErrCheckpointRejected)
-
-	stats        *shardStats // metrics
+	// What the reader saw last, for Shards and the metrics.
 	millisBehind atomic.Int64
 	throttled    atomic.Bool
-	checkpoints  atomic.Int64
+	rejected     atomic.Bool // Kinesis refuses the stored checkpoint (ErrCheckpointRejected)
 }
 
-func newWorker(s *Subscriber, id string, acquired time.Time) *worker {
+func newWorker(env *shardEnv, id string, l lease.Lease, acquired time.Time, stolen bool) *worker {
 	w := &worker{
-		sub:        s,
-		id:         id,
-		key:        s.leaseKey(id),
-		log:        s.log.With(logShard, id),
-		room:       make(chan struct{}, 1),
-		seekNote:   make(chan struct{}, 1),
-		flushSem:   make(chan struct{}, 1),
-		readerDone: make(chan struct{}),
-		keeperStop: make(chan struct{}),
-		keeperDone: make(chan struct{}),
-		stats:      s.metrics.shard(id),
+		env:         env,
+		id:          id,
+		key:         l.Key,
+		tenure:      l.Tenure(),
+		log:         env.loggerFor(id),
+		stats:       env.metrics.shard(id),
+		work:        newWork(0),
+		lost:        make(chan struct{}),
+		readerDone:  make(chan struct{}),
+		stopKeep:    make(chan struct{}),
+		keeperDone:  make(chan struct{}),
+		flusherDone: make(chan struct{}),
+		room:        make(chan struct{}, 1),
+		seekNote:    make(chan struct{}, 1),
+		flushSem:    make(chan struct{}, 1),
 	}
+	w.st.Store(uint32(stateReading))
+	if stolen {
+		w.st.Store(uint32(stateStarting))
+		w.startDelay = stealWait(env.cfg.leaseTTL)
+	}
+	w.readCtx, w.cancelRead = context.WithCancel(env.runCtx)
 	w.lastRenew.Store(acquired.UnixNano())
+	w.setWritten(l.Checkpoint)
 	return w
 }
 
-// bump starts a new generation of the shard: every delivery stamped with an older one is stale
-// from now on and is dropped instead of handed out. It is the only place the gate moves.
-func (w *worker) bump() uint64 { return w.gate.Add(1) }
-
-// setWritten records the newest checkpoint written; called with the flush lock held (or
-// before the worker starts).
-func (w *worker) setWritten(seq string, sub int) {
-	w.written, w.writtenSub = seq, sub
-	w.shown.Store(&written{seq, sub})
+// life runs the shard from its lease taken to the shard given up, as its state says: it waits
+// out a stolen lease's previous owner, keeps the lease, reads, and then finishes, drains or
+// stops. The coordinator starts it and waits for it; it waits for the goroutines it starts.
+func (w *worker) life() {
+	defer w.env.forget(w)
+	read := w.awaitStart()
+	go w.keep() // owned by life, which waits for keeperDone
+	if d := w.env.cfg.checkpointInterval; d > 0 {
+		go w.flushEvery(d) // owned by life, which waits for flusherDone
+	} else {
+		close(w.flusherDone)
+	}
+	defer func() { <-w.keeperDone; <-w.flusherDone }()
+	if read {
+		w.read()
+	}
+	close(w.readerDone)
+	switch w.state() {
+	case stateDraining:
+		// A lease stolen and never read is left to expire: its previous owner may still read.
+		w.drain(w.startDelay > 0 && !read)
+	case stateEnded: // also when a Close came as the shard ended
+		w.passBarrier()
+		w.stopKeeping(context.Background())
+		w.releaseFinished()
+	default: // lost
+		w.passBarrier()
+		// A checkpoint write still in flight ends before the shard can be taken again here.
+		w.stopKeeping(context.Background())
+	}
+	w.stopWork()
 }
 
-// written is a checkpoint as Shards shows it.
-type written struct {
-	seq string
-	sub int
-}
-
-// closed reports whether the subscription's Close has finished: its checkpoints are written
-// and its leases released, so a settlement can no longer count.
-func (w *worker) closed() bool {
-	select {
-	case <-w.sub.done:
-		return true
-	default:
-		return false
+// passBarrier tells a closing subscription that this shard will not hold up the release of
+// the others (see ending.drained), once.
+func (w *worker) passBarrier() {
+	w.lifeMu.Lock()
+	end := w.end
+	passed := w.passed
+	w.passed = true
+	w.lifeMu.Unlock()
+	if end != nil && end.drained != nil && !passed {
+		end.drained.Done()
 	}
 }
 
-func (w *worker) stopKeeper() { w.stopOnce.Do(func() { close(w.keeperStop) }) }
+// awaitStart waits, for a lease stolen from a live owner, until that owner has surely stopped
+// reading, and reports whether the shard may be read: false when it was invalidated first.
+func (w *worker) awaitStart() bool {
+	if w.state() != stateStarting {
+		return w.state() == stateReading
+	}
+	t := time.NewTimer(w.startDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-w.readCtx.Done():
+		return false
+	}
+	return w.moveTo(stateReading, "the previous owner has stopped")
+}
+
+// read runs the reader until the shard ends or the reader must stop.
+func (w *worker) read() {
+	src := w.env.source(w)
+	defer src.close()
+	// Until a response shows their size, records count as the largest the service takes.
+	r := reader{w: w, src: src, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt,
+		recordSize: maxRecordBytes, ask: w.env.cfg.batchSize}
+	r.loop()
+}
+
+// stopKeeping stops the keeper and the flusher, and waits for them until ctx ends: a renewal
+// or flush hung on the store ends by itself within the request timeout (life waits for it
+// before it returns).
+func (w *worker) stopKeeping(ctx context.Context) {
+	w.stopOnce.Do(func() { close(w.stopKeep) })
+	for _, done := range []chan struct{}{w.keeperDone, w.flusherDone} {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// drain ends a shard handed back or closing: once the deliveries handed out settled (or the
+// drain's time is up), it writes the last checkpoint and releases the lease, so that the next
+// owner resumes right after what was acked, at once; or, with expire, it leaves the lease to
+// expire.
+func (w *worker) drain(expire bool) {
+	w.lifeMu.Lock()
+	end := w.end
+	w.lifeMu.Unlock()
+	drain, write := end.drain, end.write
+	if end.cause == causeHandBack {
+		var cancel context.CancelFunc
+		drain, cancel = context.WithTimeout(w.env.bgCtx, handBackDrain)
+		defer cancel()
+		write, cancel = context.WithTimeout(w.env.bgCtx, 2*w.env.cfg.requestTimeout)
+		defer cancel()
+	}
+	if n := w.out.count(); n > 0 {
+		until, _ := drain.Deadline()
+		w.log.Info("waiting for deliveries to be settled before the last checkpoint", "unsettled", n, "why", end.why, "until", until)
+		if !w.out.awaitZero(drain, w.lost) {
+			w.log.Info("gave up waiting for deliveries to be settled: the next owner delivers them again",
+				"unsettled", w.out.count(), "why", end.why)
+		}
+	}
+	w.stopWork()
+	if end.drained != nil {
+		w.passBarrier()
+		select {
+		case <-end.release:
+		case <-write.Done():
+		}
+	}
+	w.stopKeeping(write)
+	switch {
+	case w.state() != stateDraining:
+		return // lost meanwhile
+	case expire:
+		w.log.Info("stolen lease left to expire", "ttl", w.env.cfg.leaseTTL)
+		w.moveTo(stateReleased, "stolen and not yet read: left to expire, as its previous owner may still read it")
+		return
+	}
+	err := w.retire(write, end.cause == causeHandBack)
+	if end.errs != nil {
+		end.errs.add(err)
+	} else if err != nil {
+		w.env.reportAll(err)
+	}
+}
 
 // settle records the consumer's verdict on m.
 func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
-	w.handedOut.Add(-1)
+	w.out.done(1)
 	if !handled {
 		return nil
 	}
 	w.mu.Lock()
-	if m.pg.gen != w.gen {
+	if m.pg.gen != w.wmGen {
 		w.mu.Unlock()
 		return nil
 	}
@@ -139,54 +297,30 @@ func (w *worker) noteSettled(advanced bool) bool {
 // every ack.
 func (w *worker) settled(ctx context.Context, advanced, roomy bool) error {
 	if roomy && w.waitingRoom.Load() {
-		select {
-		case w.room <- struct{}{}:
-		default:
-		}
+		w.wakeReader()
 	}
-	if advanced && w.sub.cfg.checkpointInterval == 0 {
+	if advanced && w.env.cfg.checkpointInterval == 0 {
 		return w.flush(ctx)
 	}
 	return nil
 }
 
-// run reads the shard until it ends, the lease is lost or the subscription stops.
-func (w *worker) run() {
-	s := w.sub
-	defer s.readers.Done()
-	defer close(w.readerDone)
-	defer w.cancelRead()
-	waited := true
-	if w.startDelay > 0 {
-		t := time.NewTimer(w.startDelay)
-		select {
-		case <-t.C:
-		case <-w.readCtx.Done():
-			waited = false // still starting: Close must not release the lease (retire)
-		}
-		t.Stop()
+// wakeReader wakes the reader if it waits for room.
+func (w *worker) wakeReader() {
+	select {
+	case w.room <- struct{}{}:
+	default:
 	}
-	if waited {
-		w.starting.Store(false)
-	}
-	// Until a response shows their size, records count as the largest the service takes.
-	src := w.sub.sourceFor(w)
-	defer src.close()
-	r := reader{w: w, src: src, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt, recordSize: maxRecordBytes,
-		ask: int(w.sub.cfg.batchSize)}
-	finished := r.loop()
-	switch {
-	case finished:
-		w.ended.Store(true)
-		w.stopKeeper()
-		<-w.keeperDone
-		w.releaseFinished()
-		s.forget(w, true)
-	case w.lost.Load():
-		// A checkpoint write still in flight must end before the shard can be taken again:
-		// landing after a new reader's writes, it would move the checkpoint back.
-		<-w.keeperDone
-		s.forget(w, false)
+}
+
+// closed reports whether the subscription's Close has finished: its checkpoints are written
+// and its leases released, so a settlement can no longer count.
+func (w *worker) closed() bool {
+	select {
+	case <-w.env.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -194,39 +328,20 @@ func (w *worker) run() {
 // a batch, or half the cap when that is smaller. Fetches never carry a shard past its cap, and
 // a consumer at the cap that acks one record at a time does not turn into one small GetRecords
 // call (of the shard's 5 per second) per ack.
-func (s *Subscriber) refill() int { return min(int(s.cfg.batchSize), max(s.cfg.maxInFlight/2, 1)) }
+func (c *config) refill() int { return min(c.batchSize, max(c.maxInFlight/2, 1)) }
 
 // hasRoom reports whether the shard is far enough below both of its caps to fetch again: refill
 // deliveries below WithMaxInFlight, and at most half of WithMaxInFlightBytes held. Called with
 // w.mu held.
 func (w *worker) hasRoom() bool {
-	c := &w.sub.cfg
-	return c.maxInFlight-w.wm.unsettled() >= w.sub.refill() && w.wm.bytes <= c.maxInFlightBytes/2
+	c := w.env.cfg
+	return c.maxInFlight-w.wm.unsettled() >= c.refill() && w.wm.bytes <= c.maxInFlightBytes/2
 }
 
-// describe fills in what this shard's reader knows for Shards: its state and progress. It
-// takes only the shard's own lock, so a status read never waits on the subscriber.
-func (w *worker) describe(st *ShardStatus) {
-	switch {
-	case w.leaving.Load():
-		st.State = ShardHandingBack
-	case w.starting.Load():
-		st.State = ShardStarting
-	case w.rejected.Load():
-		st.State = ShardCheckpointRejected
-	default:
-		st.State = ShardReading
-	}
-	w.mu.Lock()
-	st.LastDelivered = w.lastSeq
-	st.InFlight = w.wm.inFlight()
-	st.InFlightBytes = w.wm.bytes
-	w.mu.Unlock()
-	if p := w.shown.Load(); p != nil {
-		st.LastCheckpoint, st.LastCheckpointSubSequence = p.seq, p.sub
-	}
-	st.MillisBehindLatest = w.millisBehind.Load()
-	st.Throttled = w.throttled.Load()
-	st.WaitingForAcks = w.waitingRoom.Load()
-	st.Checkpoints = w.checkpoints.Load()
-}
+// stealWait is how long a thief waits after stealing a lease before it reads the shard. The
+// victim's last successful renewal was sent before the steal was applied (a renewal after it
+// fails: the lease has another holder), and the victim stops reading at the latest 2/3 TTL after
+// sending it (renewDeadline), however its store calls fail. Both measure elapsed time on their
+// own monotonic clocks, so clock offsets between hosts do not matter; the extra TTL/12 covers
+// the victim's scheduling delay in stopping and clock rate drift.
+func stealWait(ttl time.Duration) time.Duration { return ttl*2/3 + ttl/12 }

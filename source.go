@@ -40,15 +40,15 @@ type page struct {
 
 // sourceError is a failed call of a shard source.
 type sourceError struct {
-	op  string // the service operation, e.g. "GetRecords"
+	op  Op // the service operation, e.g. OpGetRecords
 	err error
 }
 
-func (e *sourceError) Error() string { return e.op + ": " + e.err.Error() }
+func (e *sourceError) Error() string { return string(e.op) + ": " + e.err.Error() }
 func (e *sourceError) Unwrap() error { return e.err }
 
 // opOf returns the operation a source error names, or fallback.
-func opOf(err error, fallback string) string {
+func opOf(err error, fallback Op) Op {
 	var se *sourceError
 	if errors.As(err, &se) {
 		return se.op

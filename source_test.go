@@ -164,6 +164,6 @@ func TestMemorySourceSeek(t *testing.T) {
 		keyedPayloads(f, 0, 10, 1)
 		require.Equal(t, []string{"k/10"}, recvAll(1))
 		require.NoError(t, sub.Commit(context.Background()))
-		require.Equal(t, "11", readLease(t, store, "memseek", "shardId-000000000000").Checkpoint)
+		require.Equal(t, "11", readLease(t, store, "memseek", "shardId-000000000000").Checkpoint.Sequence)
 	})
 }

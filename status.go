@@ -1,6 +1,6 @@
 package kinesub
 
-import "sort"
+import "time"
 
 // ShardState is what a subscriber knows about one shard of its stream.
 type ShardState string
@@ -12,8 +12,9 @@ const (
 	// ShardStarting: this subscriber took the lease over from a live owner and waits until
 	// that owner has surely stopped reading before it reads (see WithLeaseTTL).
 	ShardStarting ShardState = "starting"
-	// ShardHandingBack: this subscriber holds more than its share and is handing the lease
-	// back: it no longer reads, lets what it delivered settle, checkpoints and releases.
+	// ShardHandingBack: this subscriber is giving the lease up (it holds more than its share,
+	// or it is closing): it no longer reads, lets what it delivered settle, checkpoints and
+	// releases.
 	ShardHandingBack ShardState = "handing-back"
 	// ShardCheckpointRejected: this subscriber holds the lease but Kinesis refuses to open the
 	// shard at its stored checkpoint, typically because the stream was deleted and re-created
@@ -50,36 +51,48 @@ type ShardStatus struct {
 	MillisBehindLatest        int64 `json:"millis_behind_latest"`        // from the last GetRecords
 	Throttled                 bool  `json:"throttled"`                   // the last read was throttled
 	Checkpoints               int64 `json:"checkpoint_writes,omitempty"` // writes made by this reader
+	// OldestUnsettled is the sequence number of the oldest delivery not yet acked, the one
+	// that holds the checkpoint back, and OldestUnsettledMillis how long ago it was fetched;
+	// empty and 0 when everything fetched is settled. WithMaxInFlight counts from it, so a
+	// record whose Ack was lost stops the shard once WithMaxInFlight deliveries were fetched
+	// after it: with WaitingForAcks, this is the record to look for.
+	OldestUnsettled       string `json:"oldest_unsettled,omitempty"`
+	OldestUnsettledMillis int64  `json:"oldest_unsettled_millis,omitempty"`
 }
 
 // Shards reports the state of every shard of the stream as of this subscriber's last rounds
 // (shard listing and lease table), sorted by shard id. It does no I/O and is safe to call from
 // any goroutine, for example a status endpoint.
-func (s *Subscriber) Shards() []ShardStatus {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]ShardStatus, 0, len(s.shards))
-	for id, info := range s.shards {
-		st := ShardStatus{ShardID: id, Parents: info.parents}
-		l := s.leases[id]
-		if l.Held(s.leasesAt) { // the table is read when it changed, not on every round
-			st.Owner = l.Owner
+func (s *Subscriber) Shards() []ShardStatus { return s.table.status(s.cfg.owner) }
+
+// describe fills in what this shard's reader knows for Shards: its state and progress. It
+// takes only the shard's own lock, so a status read never waits on the subscriber.
+func (w *worker) describe(st *ShardStatus) {
+	switch w.state() {
+	case stateStarting:
+		st.State = ShardStarting
+	case stateDraining:
+		st.State = ShardHandingBack
+	default:
+		st.State = ShardReading
+		if w.rejected.Load() {
+			st.State = ShardCheckpointRejected
 		}
-		switch w := s.workers[id]; {
-		case w != nil && !w.lost.Load():
-			w.describe(&st)
-			st.Owner = s.cfg.owner
-		case s.finished[id]:
-			st.State = ShardFinished
-		case s.waiting[id] != "":
-			st.State, st.WaitingFor = ShardWaitingForParent, s.waiting[id]
-		case st.Owner != "":
-			st.State = ShardLeasedElsewhere
-		default:
-			st.State = ShardUnclaimed
-		}
-		out = append(out, st)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ShardID < out[j].ShardID })
-	return out
+	w.mu.Lock()
+	st.LastDelivered = w.lastSeq
+	st.InFlight = w.wm.inFlight()
+	st.InFlightBytes = w.wm.bytes
+	if seq, at, ok := w.wm.oldest(); ok {
+		st.OldestUnsettled = seq
+		st.OldestUnsettledMillis = time.Since(time.Unix(0, at)).Milliseconds()
+	}
+	w.mu.Unlock()
+	if p := w.shown.Load(); p != nil {
+		st.LastCheckpoint, st.LastCheckpointSubSequence = p.Sequence, int(p.SubSequence)
+	}
+	st.MillisBehindLatest = w.millisBehind.Load()
+	st.Throttled = w.throttled.Load()
+	st.WaitingForAcks = w.waitingRoom.Load()
+	st.Checkpoints = w.checkpoints.Load()
 }

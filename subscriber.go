@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/gostream/kinesub/internal/kinesisiface"
-	"github.com/gostream/kinesub/lease"
 )
 
 const (
@@ -23,74 +21,55 @@ const (
 )
 
 // Subscriber reads every shard of one stream that it holds a lease for and delivers the
-// records on Messages. Create one with Subscribe; it is safe for concurrent use.
+// records on Messages (or to All, Batches). Create one with Subscribe; it is safe for
+// concurrent use.
 type Subscriber struct {
-	cfg    config
-	client kinesisiface.Kinesis
-	stream string // the stream's name, also when Subscribe was given its ARN
-	ref    streamRef
-	log    *slog.Logger
-	seeker *Seeker
-
+	cfg     config
+	client  kinesisiface.Kinesis
+	stream  string // the stream's name, also when Subscribe was given its ARN
+	ref     streamRef
+	log     *slog.Logger
 	metrics *metrics // OpenTelemetry instruments (metrics.go)
+	seeker  *Seeker
+	changes *changeRow // nil when the store cannot list one stream's rows (changes.go)
+	// subscribedAt is when Subscribe was called: a shard without a checkpoint opens at the tip
+	// as of then (WithInitialPosition).
+	subscribedAt time.Time
 
-	hand  *handoff       // readers → consumer
-	out   chan *Message  // dispatcher → consumer (Messages), messagesBuffer deliveries of one shard
-	fence chan *fenceReq // seekers and Close re-check the dispatcher's held delivery (dispatch.go)
-	// fenceSem: one fencer at a time; fencing: a fencer is at work, and the dispatcher, which
-	// looks at the flag between two sends, must wait for its request.
-	fenceSem chan struct{}
-	fencing  atomic.Bool
+	env   *shardEnv    // what every shard held here shares (shard.go)
+	table *shardTable  // the shards known and held; its own lock (registry.go)
+	coord *coordinator // lists, claims, balances; owned by its goroutine (coordinator.go)
+	del   *delivery    // readers → consumer: the hand-off and the Messages dispatcher (dispatch.go)
+	errs  *reporter    // Errors
 
-	dispatchMu    sync.Mutex
-	dispatchState int // dispatchIdle, dispatchRunning, dispatchStopped
-	// dispatchChosen: Messages was called (the state is no longer dispatchIdle), read without
-	// the lock.
-	dispatchChosen atomic.Bool
-	errs           chan error
-	wake           chan struct{} // asks the coordinator for an early round
-
-	runCtx       context.Context // ends when the subscription stops reading
-	stopRun      context.CancelFunc
-	bgCtx        context.Context // ends at Close's deadline: bounds every background store call
-	stopBg       context.CancelFunc
-	dispatchDone chan struct{}  // closed when the dispatcher has returned
-	readers      sync.WaitGroup // coordinator and readers
-	keepers      sync.WaitGroup // lease keepers and dispatcher
-	watchers     sync.WaitGroup
-
-	mu        sync.Mutex
-	closed    bool
-	workers   map[string]*worker
-	shards    map[string]shardInfo
-	listed    bool
-	listedAt  time.Time // when s.shards was listed
-	finished  map[string]bool
-	waiting   map[string]string // shard → parent it waits for
-	installed *install
-	applied   map[string]uint64 // shard → install epoch its reader opened at
-	epoch     uint64
-	leases    map[string]lease.Lease // by shard id, as the last round read them
-	leasesAt  time.Time              // when that round read them
-	gone      map[string]time.Time   // finished shard → first listing that lacked it (cleanup)
-
-	live    map[string]bool // owners live in the coordinator's previous claim round
-	changes *changeRow      // set at Subscribe; nil when the store cannot list one stream's rows
-
-	errMu      sync.Mutex
-	errsClosed bool
+	runCtx  context.Context // ends when the subscription stops reading
+	stopRun context.CancelFunc
+	bgCtx   context.Context // ends at Close's deadline: bounds every background store call
+	stopBg  context.CancelFunc
+	failed  chan error    // a fatal error, for the watcher to shut down with
+	done    chan struct{} // closed once the subscription is closed
+	// coordinating is closed when the coordinator has returned, after every shard's life;
+	// watching waits for the watcher, which turns Subscribe's ctx ending or a fatal error into
+	// a shutdown.
+	coordinating chan struct{}
+	watching     sync.WaitGroup
 
 	closeOnce sync.Once
-	done      chan struct{}
-	err       error
-	closeErr  error
+	errMu     sync.Mutex
+	err       error // why it ended: Err
+	closeErr  error // Close's result
 }
 
 // Subscribe starts consuming stream, given by name or by ARN
-// ("arn:aws:kinesis:<region>:<account>:stream/<name>"), and returns once the stream is known to exist (or was
-// created, with WithCreateIfMissing) and the lease store answered. Options are validated
-// before any I/O. The subscription runs until Close, a fatal error (the stream was deleted),
-// or until ctx is cancelled, which behaves like Close with a short drain.
+// ("arn:aws:kinesis:<region>:<account>:stream/<name>"), and returns once the stream is known to
+// exist (or was created, with WithCreateIfMissing) and the lease store answered. Options are
+// validated before any I/O.
+//
+// ctx is the subscription's lifetime, not only Subscribe's: the subscription runs until
+// Close, a fatal error (the stream was deleted), or until ctx ends, which closes it with a
+// two-second drain; Err then wraps context.Cause(ctx). Pass a context that lives as long as
+// the consumer should (not a request's, and not one with a deadline meant for Subscribe
+// alone).
 func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts ...Option) (*Subscriber, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
@@ -99,6 +78,7 @@ func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts 
 }
 
 func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, opts ...Option) (*Subscriber, error) {
+	subscribedAt := time.Now()
 	cfg := defaultConfig()
 	for i, o := range opts {
 		if o == nil {
@@ -118,9 +98,8 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		return nil, err
 	}
 	client = meteredKinesis{k: client, r: m.req}
-	metered := meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
-	changes := newChangeRow(cfg.store, metered, ref.name)
-	cfg.store = metered
+	cfg.store = meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}.narrowed()
+	changes := newChangeRow(cfg.store, ref.name)
 	s := &Subscriber{
 		metrics:      m,
 		cfg:          cfg,
@@ -128,22 +107,17 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		stream:       ref.name,
 		ref:          ref,
 		log:          cfg.logger.With(logStream, ref.name),
-		hand:         newHandoff(cfg.bufferPages),
-		out:          make(chan *Message, messagesBuffer),
-		fence:        make(chan *fenceReq),
-		fenceSem:     make(chan struct{}, 1),
-		errs:         make(chan error, errorsBuffer),
-		wake:         make(chan struct{}, 1),
-		dispatchDone: make(chan struct{}),
-		workers:      make(map[string]*worker),
-		shards:       make(map[string]shardInfo),
-		finished:     make(map[string]bool),
-		waiting:      make(map[string]string),
-		applied:      make(map[string]uint64),
-		done:         make(chan struct{}),
 		changes:      changes,
+		subscribedAt: subscribedAt,
+		table:        newShardTable(cfg.startAt, subscribedAt),
+		del:          newDelivery(newHandoff(cfg.bufferPages), m, messagesBuffer),
+		errs:         newReporter(),
+		failed:       make(chan error, 1),
+		done:         make(chan struct{}),
+		coordinating: make(chan struct{}),
 	}
 	s.seeker = &Seeker{s: s}
+	s.coord = newCoordinator(s)
 	if err := s.ensureStream(ctx); err != nil {
 		return nil, err
 	}
@@ -153,32 +127,48 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err := s.registerFanOut(ctx); err != nil {
 		return nil, err
 	}
-	if cfg.startAt != nil {
-		s.epoch++
-		s.installed = &install{pos: *cfg.startAt, epoch: s.epoch, known: map[string]bool{}}
-	}
-	if err := m.observe(s.heldWorkers); err != nil {
+	if err := m.observe(s.table.reading); err != nil {
 		return nil, err
 	}
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
 	s.bgCtx, s.stopBg = context.WithCancel(context.Background())
-	// Owned by the subscriber: stop waits for the coordinator and every reader (readers) before
-	// the final writes, and for the keepers (keepers) before it closes Errors; Close waits for
-	// the watcher (watchers), which turns Subscribe's ctx ending into a shutdown.
-	s.readers.Add(1)
-	go s.coordinate()
-	s.watchers.Add(1)
+	s.env = &shardEnv{
+		cfg: &s.cfg, store: s.cfg.store, client: client, stream: s.stream, ref: ref,
+		hand: s.del.hand, metrics: m, bgCtx: s.bgCtx, runCtx: s.runCtx, done: s.done,
+		report: s.report, reportAll: s.reportAll, changed: s.changed, fence: s.del.fenceDispatch,
+		fail: s.fail, forget: s.coord.forget, source: s.sourceFor, log: s.log,
+	}
+	// Both owned by the subscriber: stop waits for the coordinator (coordinating), which waits
+	// for every shard's life; Close waits for the watcher (watching).
 	go func() {
-		defer s.watchers.Done()
-		select {
-		case <-ctx.Done():
-			dctx, cancel := context.WithTimeout(context.Background(), cancelDrain)
-			defer cancel()
-			s.shutdown(dctx, nil)
-		case <-s.runCtx.Done():
-		}
+		defer close(s.coordinating)
+		s.coord.coordinate(s.runCtx)
+	}()
+	s.watching.Add(1)
+	go func() {
+		defer s.watching.Done()
+		s.watch(ctx)
 	}()
 	return s, nil
+}
+
+// watch shuts the subscription down when Subscribe's ctx ends or a fatal error comes, unless
+// Close does first.
+func (s *Subscriber) watch(ctx context.Context) {
+	var cause error
+	drain := cancelDrain
+	select {
+	case <-ctx.Done():
+		cause = fmt.Errorf("%w: %w", ErrSubscriptionEnded, context.Cause(ctx))
+		s.log.Info("subscription ended by its context", "cause", context.Cause(ctx))
+	case cause = <-s.failed:
+		s.log.Error("subscription failed", "err", cause) // also Err(): the one place the cause is in both, for a process that reads neither
+	case <-s.runCtx.Done():
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	s.shutdown(dctx, cause)
 }
 
 // Log keys carried by the child loggers.
@@ -200,7 +190,7 @@ func (s *Subscriber) ensureStream(ctx context.Context) error {
 		case errors.As(err, &nf) && s.cfg.createShards > 0 && !created:
 			cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 			_, err := s.client.CreateStream(cctx, &kinesis.CreateStreamInput{
-				StreamName: aws.String(s.stream), ShardCount: aws.Int32(s.cfg.createShards),
+				StreamName: aws.String(s.stream), ShardCount: aws.Int32(int32(s.cfg.createShards)),
 				StreamModeDetails: &types.StreamModeDetails{StreamMode: types.StreamModeProvisioned},
 			})
 			cancel()
@@ -246,13 +236,14 @@ func (s *Subscriber) leaseKey(shard string) string { return s.stream + "/" + sha
 // Errors returns non-fatal problems as they happen (a shard's read failed and is retried, a
 // lease store call failed, a lease was lost, a record could not be decoded). Reading it is
 // optional: when nobody does, the oldest errors are dropped. It is closed with Messages.
-func (s *Subscriber) Errors() <-chan error { return s.errs }
+func (s *Subscriber) Errors() <-chan error { return s.errs.ch }
 
-// Err returns why the subscription ended once Messages is closed: nil after Close or ctx
-// cancellation, the fatal cause otherwise (for example ErrStreamNotFound).
+// Err returns why the subscription ended, once Messages is closed: nil after Close; an error
+// wrapping ErrSubscriptionEnded and context.Cause of Subscribe's ctx when that ctx ended it;
+// the fatal cause otherwise (for example ErrStreamNotFound).
 func (s *Subscriber) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
 	return s.err
 }
 
@@ -264,14 +255,10 @@ func (s *Subscriber) StreamName() string { return s.stream }
 // once the writes are durable. Ack never waits on the store; Commit is for callers that need a
 // checkpoint at a chosen moment. A shard whose lease was lost is skipped.
 func (s *Subscriber) Commit(ctx context.Context) error {
-	if !s.lockOpen() {
+	ws, open := s.table.held()
+	if !open {
 		return ErrClosed
 	}
-	ws := make([]*worker, 0, len(s.workers))
-	for _, w := range s.workers {
-		ws = append(ws, w)
-	}
-	s.mu.Unlock()
 	var errs []error
 	for _, w := range ws {
 		errs = append(errs, w.flush(ctx))
@@ -288,13 +275,17 @@ func (s *Subscriber) Seeker() *Seeker { return s.seeker }
 // Messages and Errors. It returns by ctx's deadline (10s from the call when ctx has none):
 // the settling ends early enough to leave the final writes the request timeout, or half of
 // what is left, and writes still running at the deadline are abandoned. A ctx cancelled
-// without a deadline skips the settling but still writes. It returns the errors of the final
-// checkpoint and release writes, each a *ShardError naming the shard whose checkpoint or
-// release was not written (its deliveries since the last checkpoint are delivered again by the
-// next owner, which takes the shard once its lease expires if it was not released). Every call
-// returns the same result, including after the subscription stopped on its own (its ctx was
-// cancelled, or a fatal error).
+// without a deadline skips the settling but still writes. Each shard that waits for
+// deliveries to be settled logs so at Info, with how many and until when. Close returns the
+// errors of the final checkpoint and release writes, each a *ShardError naming the shard whose
+// checkpoint or release was not written (its deliveries since the last checkpoint are
+// delivered again by the next owner, which takes the shard once its lease expires if it was
+// not released). Every call returns the same result, including after the subscription stopped
+// on its own (its ctx ended, or a fatal error).
 func (s *Subscriber) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	first := false
 	s.closeOnce.Do(func() { first = true })
 	if !first {
@@ -302,11 +293,11 @@ func (s *Subscriber) Close(ctx context.Context) error {
 		return s.closeErr
 	}
 	s.stop(ctx, nil)
-	s.watchers.Wait()
+	s.watching.Wait()
 	return s.closeErr
 }
 
-// shutdown is Close for internal callers (cancellation, fatal errors).
+// shutdown is Close for the watcher (Subscribe's ctx ended, a fatal error).
 func (s *Subscriber) shutdown(ctx context.Context, cause error) {
 	first := false
 	s.closeOnce.Do(func() { first = true })
@@ -315,6 +306,7 @@ func (s *Subscriber) shutdown(ctx context.Context, cause error) {
 	}
 }
 
+// stop closes the subscription, as Close describes; cause is what Err returns.
 func (s *Subscriber) stop(ctx context.Context, cause error) {
 	deadline, ok := ctx.Deadline()
 	if !ok {
@@ -328,110 +320,47 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	reserve := min(s.cfg.requestTimeout, time.Until(deadline)/2)
 	drain, cancelDrain := context.WithDeadline(ctx, deadline.Add(-reserve))
 	defer cancelDrain()
-	s.mu.Lock()
-	s.closed = true
-	s.err = cause
-	s.mu.Unlock()
-
-	// Stop fetching; what sits in the buffer was never handed out and replays from the
-	// checkpoint, so it is stamped stale rather than delivered.
-	s.stopRun()
-	s.readers.Wait()
-	s.mu.Lock()
-	ws := make([]*worker, 0, len(s.workers))
-	for _, w := range s.workers {
-		ws = append(ws, w)
-	}
-	s.mu.Unlock()
-	for _, w := range ws {
-		w.bump()
-	}
-	s.fenceDispatch(context.Background())
-
-	// Let what the consumer holds settle, within the caller's deadline.
-	for handedOut(ws) > 0 && drain.Err() == nil {
-		select {
-		case <-drain.Done():
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-
-	// Write checkpoints and hand the leases back, even when ctx was cancelled, but not past its
-	// deadline. The heartbeat goes first: until the leases are released they count this owner
-	// live anyway, and once they are, peers take them all in one round.
-	wctx, cancel := context.WithDeadline(s.bgCtx, deadline)
-	defer cancel()
-	var errs []error
-	if err := s.dropHeartbeat(wctx); err != nil {
-		errs = append(errs, err)
-	}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, w := range ws {
-		wg.Add(1)
-		go func() { // owned by stop, which waits for it
-			defer wg.Done()
-			if err := w.retire(wctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	s.stopBg() // whatever still writes (a hand-back, a finished shard's release) gives up now
-	s.stopDispatch()
-	s.keepers.Wait()
+	write, cancelWrite := context.WithDeadline(s.bgCtx, deadline)
+	defer cancelWrite()
 	s.errMu.Lock()
-	s.errsClosed = true
-	close(s.errs)
+	s.err = cause
 	s.errMu.Unlock()
-	s.closeErr = errors.Join(errs...)
+
+	// Stop claiming, and end every shard's generation: what sits in the hand-off was never
+	// handed out and replays from the checkpoint, so it is dropped rather than delivered.
+	// Each shard then drains and, once all have, releases its lease (ending.release), with
+	// the heartbeat row dropped in between: until the leases are released they count this
+	// owner live anyway, and once they are, peers take them all in one round.
+	ws, _ := s.table.close()
+	var drained sync.WaitGroup
+	release := make(chan struct{})
+	var errs errList
+	s.env.invalidate(ws, &ending{cause: causeClose, why: "subscription closing", drain: drain, write: write,
+		drained: &drained, release: release, errs: &errs})
+	s.stopRun()
+	drained.Wait()
+	errs.add(s.dropHeartbeat(write))
+	close(release)
+	<-s.coordinating
+	s.stopBg() // whatever still writes (a finished shard's release) gives up now
+	s.del.stop()
+	s.errs.close()
+	s.closeErr = errors.Join(errs.errs...)
 	s.metrics.stop()
 	close(s.done)
 }
 
-// handedOut counts the deliveries of ws that the consumer holds and has not settled.
-func handedOut(ws []*worker) int64 {
-	var n int64
-	for _, w := range ws {
-		n += w.handedOut.Load()
-	}
-	return n
-}
-
-// fail ends the subscription with a fatal error.
+// fail ends the subscription with a fatal error: the watcher shuts it down (a reader that
+// calls fail cannot: stop waits for it).
 func (s *Subscriber) fail(err error) {
-	s.log.Error("subscription failed", "err", err) // also Err(): the one place the cause is in both, for a process that reads neither
-	// Not owned by a WaitGroup: it is the shutdown itself, which Close (a caller's, or the one it
-	// runs) waits for through s.done. It cannot run inside fail's caller, a reader that
-	// shutdown waits for.
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), cancelDrain)
-		defer cancel()
-		s.shutdown(ctx, err)
-	}()
+	select {
+	case s.failed <- err:
+	default: // one fatal error is enough
+	}
 }
 
 // report hands a non-fatal error to Errors, dropping the oldest one when nobody reads.
-func (s *Subscriber) report(err *ShardError) {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	if s.errsClosed {
-		return
-	}
-	for {
-		select {
-		case s.errs <- err:
-			return
-		default:
-		}
-		select {
-		case <-s.errs:
-		default:
-		}
-	}
-}
+func (s *Subscriber) report(err *ShardError) { s.errs.report(err) }
 
 // reportAll reports what flush or retire returned: a *ShardError, or several joined.
 func (s *Subscriber) reportAll(err error) {
@@ -441,6 +370,9 @@ func (s *Subscriber) reportAll(err error) {
 		}
 		return
 	}
+	if err == nil {
+		return
+	}
 	var se *ShardError
 	if !errors.As(err, &se) {
 		se = &ShardError{Stream: s.stream, Op: OpCheckpoint, Err: err}
@@ -448,19 +380,38 @@ func (s *Subscriber) reportAll(err error) {
 	s.report(se)
 }
 
-// lockOpen takes s.mu and reports true, unless the subscriber is closing or closed.
-func (s *Subscriber) lockOpen() bool {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return false
-	}
-	return true
+// reporter is the Errors channel: non-fatal errors, the oldest dropped when nobody reads.
+type reporter struct {
+	ch     chan error
+	mu     sync.Mutex
+	closed bool
 }
 
-func (s *Subscriber) nudge() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
+func newReporter() *reporter { return &reporter{ch: make(chan error, errorsBuffer)} }
+
+func (r *reporter) report(err *ShardError) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
 	}
+	for {
+		select {
+		case r.ch <- err:
+			return
+		default:
+		}
+		select {
+		case <-r.ch:
+		default:
+		}
+	}
+}
+
+// close closes the channel; later reports are dropped.
+func (r *reporter) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	close(r.ch)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"strings"
 	"sync/atomic"
@@ -39,8 +40,7 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	m = recv(t, sub, 1, true)[0]
 	assert.Equal(t, "plain", string(m.Data()))
-	assert.NotNil(t, m.Headers())
-	assert.Empty(t, m.Headers())
+	assert.Nil(t, m.Headers(), "no headers: no map")
 	assert.ErrorIs(t, m.Ack(context.Background()), ErrAlreadySettled)
 }
 
@@ -53,7 +53,7 @@ func TestResumeFromCheckpoint(t *testing.T) {
 	require.Equal(t, []string{"key-0/0", "key-0/1", "key-0/2", "key-0/3", "key-0/4"}, payloads(got))
 	require.NoError(t, sub.Close(context.Background()))
 	l := readLease(t, store, s.name, got[4].ShardID())
-	require.Equal(t, got[4].SequenceNumber(), l.Checkpoint)
+	require.Equal(t, got[4].SequenceNumber(), l.Checkpoint.Sequence)
 	require.Empty(t, l.Owner, "Close releases the lease")
 
 	sub2 := subscribeT(t, s, testOpts(store)...)
@@ -71,32 +71,18 @@ func TestNackRequeueReplays(t *testing.T) {
 	ctx := context.Background()
 	for i, m := range got {
 		if i == 2 {
-			require.NoError(t, m.Nack(ctx, true))
+			require.NoError(t, m.Nack(ctx))
 			continue
 		}
 		require.NoError(t, m.Ack(ctx))
 	}
 	require.NoError(t, sub.Commit(ctx))
-	require.Equal(t, got[1].SequenceNumber(), readLease(t, store, s.name, got[0].ShardID()).Checkpoint)
+	require.Equal(t, got[1].SequenceNumber(), readLease(t, store, s.name, got[0].ShardID()).Checkpoint.Sequence)
 	require.NoError(t, sub.Close(ctx))
 
 	sub2 := subscribeT(t, s, testOpts(store)...)
 	replay := recv(t, sub2, 4, true)
 	require.Equal(t, []string{"key-0/2", "key-0/3", "key-0/4", "key-0/5"}, payloads(replay))
-}
-
-func TestNackSkipIsHandled(t *testing.T) {
-	s := newStream(t, 1)
-	store := lease.NewMemory()
-	s.publish(3, 1)
-	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
-	got := recv(t, sub, 3, false)
-	ctx := context.Background()
-	require.NoError(t, got[0].Ack(ctx))
-	require.NoError(t, got[1].Nack(ctx, false))
-	require.NoError(t, got[2].Ack(ctx))
-	require.NoError(t, sub.Commit(ctx))
-	require.Equal(t, got[2].SequenceNumber(), readLease(t, store, s.name, got[0].ShardID()).Checkpoint)
 }
 
 func TestOutOfOrderAcksAdvancePrefixOnly(t *testing.T) {
@@ -111,10 +97,10 @@ func TestOutOfOrderAcksAdvancePrefixOnly(t *testing.T) {
 		require.NoError(t, got[i].Ack(ctx))
 	}
 	require.NoError(t, sub.Commit(ctx))
-	require.Equal(t, got[0].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+	require.Equal(t, got[0].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint.Sequence)
 	require.NoError(t, got[1].Ack(ctx))
 	require.NoError(t, sub.Commit(ctx))
-	require.Equal(t, got[4].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint)
+	require.Equal(t, got[4].SequenceNumber(), readLease(t, store, s.name, shard).Checkpoint.Sequence)
 }
 
 func TestCheckpointEveryAdvance(t *testing.T) {
@@ -125,7 +111,7 @@ func TestCheckpointEveryAdvance(t *testing.T) {
 	for _, m := range recv(t, sub, 3, false) {
 		require.NoError(t, m.Ack(context.Background()))
 		// With interval 0 the write is done when Ack returns.
-		require.Equal(t, m.SequenceNumber(), readLease(t, store, s.name, m.ShardID()).Checkpoint)
+		require.Equal(t, m.SequenceNumber(), readLease(t, store, s.name, m.ShardID()).Checkpoint.Sequence)
 	}
 }
 
@@ -202,9 +188,7 @@ func TestChildrenWaitForParents(t *testing.T) {
 	// The parent's reader is at its end, waiting for its records to be settled, and the
 	// children are gated meanwhile.
 	eventually(t, 30*time.Second, "the children gated behind the parent at its end", func() bool {
-		sub.mu.Lock()
-		w := sub.workers[parent]
-		sub.mu.Unlock()
+		w := heldShards(sub)[parent]
 		waiting := 0
 		for _, st := range sub.Shards() {
 			if st.State == ShardWaitingForParent && st.WaitingFor == parent {
@@ -230,25 +214,25 @@ type blackhole struct {
 
 func (b *blackhole) fail() error { return fmt.Errorf("network unreachable (test partition)") }
 
-func (b *blackhole) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+func (b *blackhole) Renew(ctx context.Context, key string, h lease.Tenure, ttl time.Duration) (bool, error) {
 	if b.cut.Load() {
 		return false, b.fail()
 	}
-	return b.Store.Renew(ctx, key, owner, ttl)
+	return b.Store.Renew(ctx, key, h, ttl)
 }
 
-func (b *blackhole) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
+func (b *blackhole) Checkpoint(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint) (bool, error) {
 	if b.cut.Load() {
 		return false, b.fail()
 	}
-	return b.Store.Checkpoint(ctx, key, owner, seq, sub)
+	return b.Store.Checkpoint(ctx, key, h, cp)
 }
 
-func (b *blackhole) Release(ctx context.Context, key, owner string) error {
+func (b *blackhole) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
 	if b.cut.Load() {
-		return b.fail()
+		return false, b.fail()
 	}
-	return b.Store.Release(ctx, key, owner)
+	return b.Store.Release(ctx, key, h)
 }
 
 func (b *blackhole) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
@@ -344,10 +328,7 @@ func TestCloseDrainsFlushesReleases(t *testing.T) {
 	// The last one is acked once Close has begun.
 	go func() {
 		for {
-			sub.mu.Lock()
-			closing := sub.closed
-			sub.mu.Unlock()
-			if closing {
+			if closing(sub) {
 				break
 			}
 			time.Sleep(time.Millisecond)
@@ -369,7 +350,7 @@ func TestCloseDrainsFlushesReleases(t *testing.T) {
 	for range sub.Errors() {
 	}
 	l := readLease(t, store, s.name, got[0].ShardID())
-	require.Equal(t, got[6].SequenceNumber(), l.Checkpoint)
+	require.Equal(t, got[6].SequenceNumber(), l.Checkpoint.Sequence)
 	require.Empty(t, l.Owner)
 	require.NoError(t, sub.Err())
 	require.ErrorIs(t, sub.Seeker().Seek(context.Background(), Horizon()), ErrClosed)
@@ -382,11 +363,13 @@ func TestCloseDrainsFlushesReleases(t *testing.T) {
 func TestCancelEndsSubscription(t *testing.T) {
 	done := noLeaks(t)
 	s := newStream(t, 2)
-	ctx, cancel := context.WithCancel(context.Background())
-	sub, err := Subscribe(ctx, s.c, s.name, testOpts(lease.NewMemory())...)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	logs := &logLines{}
+	sub, err := Subscribe(ctx, s.c, s.name, testOpts(lease.NewMemory(), WithLogger(slog.New(logs)))...)
 	require.NoError(t, err)
 	eventually(t, 30*time.Second, "both shards read", func() bool { return reading(sub) == 2 })
-	cancel()
+	shutdown := errors.New("deploy rolled back")
+	cancel(shutdown)
 	ended := make(chan struct{})
 	go func() {
 		for range sub.Messages() {
@@ -398,7 +381,10 @@ func TestCancelEndsSubscription(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Messages not closed after ctx cancellation")
 	}
-	require.NoError(t, sub.Err())
+	// Not a silent stop: Err says why, with the context's cause, and so does the log.
+	require.ErrorIs(t, sub.Err(), ErrSubscriptionEnded)
+	require.ErrorIs(t, sub.Err(), shutdown)
+	require.True(t, logs.has(slog.LevelInfo, "subscription ended by its context"), "logged: %v", logs.all())
 	require.NoError(t, sub.Close(context.Background()))
 	done()
 }
@@ -457,7 +443,7 @@ func TestAggregatedAndMalformedRecords(t *testing.T) {
 	require.Empty(t, got[0].Headers())
 	require.Equal(t, "after", string(got[1].Data()))
 	require.NoError(t, sub.Commit(context.Background()))
-	require.Equal(t, got[1].SequenceNumber(), readLease(t, store, s.name, got[1].ShardID()).Checkpoint)
+	require.Equal(t, got[1].SequenceNumber(), readLease(t, store, s.name, got[1].ShardID()).Checkpoint.Sequence)
 }
 
 // TestSlowConsumerKeepsLeases: a consumer that stops reading for 5 × TTL keeps every lease
@@ -488,16 +474,18 @@ func TestSlowConsumerKeepsLeases(t *testing.T) {
 
 		// Five TTLs pass with the consumer away: each lease is renewed every TTL/3 meanwhile.
 		errs := collectErrors(sub)
-		renewed := map[string]int64{}
+		eventually(t, 5*time.Second, "both shards read", func() bool { return reading(sub) == 2 })
+		holding := map[string]lease.Tenure{}
 		for _, sh := range f.shards {
-			renewed[sh.id] = readLease(t, store, f.stream, sh.id).Counter + 15
+			holding[sh.id] = readLease(t, store, f.stream, sh.id).Tenure()
 		}
+		before := time.Now()
 		time.Sleep(5 * ttl)
 		synctest.Wait()
-		for id, n := range renewed {
+		for id, h := range holding {
 			l := readLease(t, store, f.stream, id)
-			require.Equal(t, sub.cfg.owner, l.Owner, "lease of %s", id)
-			require.GreaterOrEqual(t, l.Counter, n, "renewals of %s in five TTLs", id)
+			require.Equal(t, h, l.Tenure(), "holding of %s", id)
+			require.True(t, l.Expiry.After(before.Add(5*ttl)), "lease of %s renewed through five TTLs: expires %v", id, l.Expiry.Sub(before))
 		}
 		require.Equal(t, 2, reading(sub), "a lease was lost: %+v", sub.Shards())
 		require.Zero(t, errs.count(func(err error) bool { return errors.Is(err, ErrLeaseLost) }))
@@ -548,7 +536,7 @@ func TestHandoverBeforeFirstCheckpoint(t *testing.T) {
 		return len(st) == 1 && st[0].State == ShardReading
 	})
 	eventually(t, 30*time.Second, "where the reader opened recorded", func() bool {
-		return strings.HasPrefix(readLease(t, store, s.name, s.shardIDs()[0]).Checkpoint, lease.AtTimestampPrefix)
+		return strings.HasPrefix(readLease(t, store, s.name, s.shardIDs()[0]).Checkpoint.Sequence, lease.AtTimestampPrefix)
 	})
 	require.NoError(t, sub.Close(context.Background()))
 	s.publish(3, 1) // nobody reads the shard now

@@ -15,6 +15,15 @@ type watermark struct {
 	mark    string // checkpoint once the prefix is handled: a sequence number…
 	markSub int    // …and, inside a KPL aggregate, how many of its user records are handled
 	bytes   int    // sizes of pending[head:], what unsettled counts
+	// fetched notes when each page was tracked: its first index and the time, oldest first,
+	// trimmed to the pages that still hold unhandled deliveries.
+	fetched []fetchMark
+}
+
+// fetchMark is when the deliveries from index first on were fetched (Unix ns).
+type fetchMark struct {
+	first uint64
+	at    int64
 }
 
 // A slot's seq and sub are the checkpoint that its delivery, once handled with every one
@@ -36,10 +45,13 @@ func (w *watermark) track(seq string, sub, size int) uint64 {
 	return w.base + uint64(len(w.pending)-1)
 }
 
-// trackAll registers deliveries in order, as track does one, and returns the index of the
-// first: one append for a page instead of one per record.
-func (w *watermark) trackAll(slots []slot) uint64 {
+// trackAll registers deliveries fetched at instant at (Unix ns), in order, as track does one,
+// and returns the index of the first: one append for a page instead of one per record.
+func (w *watermark) trackAll(slots []slot, at int64) uint64 {
 	first := w.base + uint64(len(w.pending))
+	if len(slots) > 0 {
+		w.fetched = append(w.fetched, fetchMark{first: first, at: at})
+	}
 	w.pending = append(w.pending, slots...)
 	for i := range slots {
 		w.bytes += int(slots[i].size)
@@ -71,8 +83,34 @@ func (w *watermark) settle(idx uint64) bool {
 	}
 	last := &w.pending[w.head-1]
 	w.mark, w.markSub = last.seq, int(last.sub)
+	w.trimFetched()
 	w.compact()
 	return true
+}
+
+// trimFetched drops the notes of pages whose deliveries are all handled.
+func (w *watermark) trimFetched() {
+	oldest := w.base + uint64(w.head)
+	n := 0
+	for n+1 < len(w.fetched) && w.fetched[n+1].first <= oldest {
+		n++
+	}
+	if n > 0 {
+		w.fetched = append(w.fetched[:0], w.fetched[n:]...)
+	}
+}
+
+// oldest returns the checkpoint value of the oldest unhandled delivery (its sequence number)
+// and when it was fetched, or false when every delivery is handled.
+func (w *watermark) oldest() (seq string, at int64, ok bool) {
+	if w.head == len(w.pending) {
+		return "", 0, false
+	}
+	w.trimFetched()
+	if len(w.fetched) > 0 {
+		at = w.fetched[0].at
+	}
+	return w.pending[w.head].seq, at, true
 }
 
 // compact drops the popped prefix once it is at least half of the slice, so the slice's

@@ -325,9 +325,9 @@ type countingStore struct {
 	checkpoints atomic.Int64
 }
 
-func (c *countingStore) Checkpoint(ctx context.Context, key, owner, seq string, sub int64) (bool, error) {
+func (c *countingStore) Checkpoint(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint) (bool, error) {
 	c.checkpoints.Add(1)
-	return c.Store.Checkpoint(ctx, key, owner, seq, sub)
+	return c.Store.Checkpoint(ctx, key, h, cp)
 }
 
 // kinesubPass subscribes from the oldest record, acks every message as it arrives and closes
@@ -338,7 +338,7 @@ func kinesubPass(ctx context.Context, client *kinesis.Client, stream string, n i
 	start, cpu0 := time.Now(), cpuTime()
 	sub, err := kinesub.Subscribe(ctx, client, stream,
 		kinesub.WithStartAt(kinesub.Horizon()),
-		kinesub.WithBatchSize(int32(pageRecords)),
+		kinesub.WithBatchSize(pageRecords),
 		kinesub.WithPollInterval(pollEvery),
 		kinesub.WithLeaseStore(store),
 		kinesub.WithCheckpointInterval(checkpointEvery))
@@ -423,7 +423,7 @@ func heapPass(ctx context.Context, client *kinesis.Client, stream string, inflig
 	base := ms.HeapInuse
 	sub, err := kinesub.Subscribe(ctx, client, stream,
 		kinesub.WithStartAt(kinesub.Horizon()),
-		kinesub.WithBatchSize(int32(pageRecords)),
+		kinesub.WithBatchSize(pageRecords),
 		kinesub.WithPollInterval(pollEvery),
 		kinesub.WithLeaseStore(store),
 		kinesub.WithOwner("bench"),

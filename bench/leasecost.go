@@ -332,7 +332,9 @@ func fillOthers(ctx context.Context, admin *lease.DynamoDB, n int) error {
 					errs <- err
 					return
 				}
-				if _, err := admin.Checkpoint(ctx, key, "elsewhere", "49590338271490256608559692538361571095921575989136588898", 0); err != nil {
+				// A fresh key: the Acquire made it, at counter 1.
+				held := lease.Tenure{Owner: "elsewhere", Counter: 1}
+				if _, err := admin.Checkpoint(ctx, key, held, lease.Checkpoint{Sequence: "49590338271490256608559692538361571095921575989136588898"}); err != nil {
 					errs <- err
 					return
 				}

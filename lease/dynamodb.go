@@ -17,7 +17,7 @@ import (
 const (
 	attrKey        = "lease_key"              // S, partition key
 	attrOwner      = "lease_owner"            // S, absent while nobody holds the lease
-	attrExpiry     = "lease_expiry"           // N, milliseconds since the Unix epoch; absent when released
+	attrExpiry     = "lease_expiry"           // N, milliseconds since the Unix epoch; absent when released or taken without a TTL
 	attrCounter    = "lease_counter"          // N, bumped by every write: the fencing token
 	attrCheckpoint = "checkpoint"             // S
 	attrSubSeq     = "checkpoint_subsequence" // N, absent in items written before it existed: 0
@@ -61,8 +61,9 @@ var (
 //
 // The table has a string partition key named lease_key and a global secondary index
 // lease_stream-index (see ListPrefix); EnsureTable creates both. Each item holds lease_owner
-// (absent while nobody holds the lease), lease_expiry (milliseconds since the Unix epoch),
-// lease_counter (the fencing token, bumped by every write), checkpoint,
+// (absent while nobody holds the lease), lease_expiry (milliseconds since the Unix epoch; absent
+// for a lease taken without a TTL),
+// lease_counter (the fencing token, bumped by every write that changes the holder), checkpoint,
 // checkpoint_subsequence (a number, Lease.SubSequence; an item without it reads as 0) and
 // lease_stream (the key up to its first '/', absent in keys without one and in items written
 // before it existed). Every write is a single conditional UpdateItem (DeleteItem for Delete),
@@ -77,9 +78,9 @@ var (
 // usually milliseconds).
 //
 // Calls go through the client's retryer. Should a Steal be applied but its answer be lost,
-// the retry meets the bumped counter and reports false; the stolen lease then lapses after
-// its TTL. Likewise a Delete whose answer was lost reports false, the lease being gone all the
-// same.
+// the retry meets the bumped counter and reports false, though the caller now holds the
+// lease (a Read shows it). Likewise a Release or Delete whose answer was lost reports false,
+// the lease being released or gone all the same. Renew and Checkpoint are safe to repeat.
 type DynamoDB struct {
 	api   dynamoAPI
 	table string
@@ -193,94 +194,100 @@ func (d *DynamoDB) checkSchema(t *types.TableDescription) error {
 }
 
 // Acquire implements Store. It succeeds when the lease item is absent, has no owner, is
-// already owner's, or has expired by the local clock.
+// already owner's, or has expired by the local clock (an item without an expiry, taken with a
+// zero TTL, never expires).
 func (d *DynamoDB) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := d.check(key, owner, ttl, true, true); err != nil {
+	if err := d.check(key, owner, ttl, true, ttlOrZero); err != nil {
 		return false, err
 	}
 	now := d.now()
-	return d.update(ctx, "acquire", key,
-		"SET #owner = :owner, #expiry = :expiry ADD #counter :one",
-		"attribute_not_exists(#owner) OR #owner = :owner OR #expiry < :now",
-		map[string]types.AttributeValue{
-			":owner":  str(owner),
-			":expiry": millis(now.Add(ttl)),
-			":now":    millis(now),
-		})
+	values := map[string]types.AttributeValue{":owner": str(owner), ":now": millis(now)}
+	// A comparison with a missing attribute is false in DynamoDB: an item without an expiry
+	// is never taken as expired.
+	return d.update(ctx, "acquire", key, setHolder(values, now, ttl)+" ADD #counter :one",
+		"attribute_not_exists(#owner) OR #owner = :owner OR #expiry < :now", values)
+}
+
+// setHolder is the part of an update expression that makes values[":owner"] the holder until
+// now+ttl, or without an expiry for a zero ttl.
+func setHolder(values map[string]types.AttributeValue, now time.Time, ttl time.Duration) string {
+	if ttl == 0 {
+		return "SET #owner = :owner REMOVE #expiry"
+	}
+	values[":expiry"] = millis(now.Add(ttl))
+	return "SET #owner = :owner, #expiry = :expiry"
 }
 
 // Steal implements Store. The lease item must exist and its counter equal counter.
 func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
-	if err := d.check(key, owner, ttl, true, true); err != nil {
+	if err := d.check(key, owner, ttl, true, ttlOrZero); err != nil {
 		return false, err
 	}
-	return d.update(ctx, "steal", key,
-		"SET #owner = :owner, #expiry = :expiry ADD #counter :one",
-		"#counter = :counter",
-		map[string]types.AttributeValue{
-			":owner":   str(owner),
-			":expiry":  millis(d.now().Add(ttl)),
-			":counter": num(counter),
-		})
+	values := map[string]types.AttributeValue{":owner": str(owner), ":counter": num(counter)}
+	return d.update(ctx, "steal", key, setHolder(values, d.now(), ttl)+" ADD #counter :one",
+		"#counter = :counter", values)
 }
 
 // Renew implements Store.
-func (d *DynamoDB) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := d.check(key, owner, ttl, true, true); err != nil {
+func (d *DynamoDB) Renew(ctx context.Context, key string, t Tenure, ttl time.Duration) (bool, error) {
+	if err := d.check(key, t.Owner, ttl, true, positiveTTL); err != nil {
 		return false, err
 	}
 	return d.update(ctx, "renew", key,
-		"SET #expiry = :expiry ADD #counter :one",
-		"#owner = :owner",
+		"SET #expiry = :expiry",
+		"#owner = :owner AND #counter = :counter",
 		map[string]types.AttributeValue{
-			":owner":  str(owner),
-			":expiry": millis(d.now().Add(ttl)),
+			":owner":   str(t.Owner),
+			":counter": num(t.Counter),
+			":expiry":  millis(d.now().Add(ttl)),
 		})
 }
 
 // Checkpoint implements Store. An empty sequence is an error wrapping ErrInvalidArgument.
-func (d *DynamoDB) Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error) {
-	if err := d.check(key, owner, 0, true, false); err != nil {
+func (d *DynamoDB) Checkpoint(ctx context.Context, key string, t Tenure, cp Checkpoint) (bool, error) {
+	if err := d.check(key, t.Owner, 0, true, noTTL); err != nil {
 		return false, err
 	}
-	if err := checkCheckpoint(key, sequence, subSequence); err != nil {
+	if err := checkCheckpoint(key, cp); err != nil {
 		return false, err
 	}
 	return d.update(ctx, "checkpoint", key,
-		"SET #cp = :cp, #sub = :sub ADD #counter :one",
-		"#owner = :owner",
+		"SET #cp = :cp, #sub = :sub",
+		"#owner = :owner AND #counter = :counter",
 		map[string]types.AttributeValue{
-			":owner": str(owner),
-			":cp":    str(sequence),
-			":sub":   num(subSequence),
+			":owner":   str(t.Owner),
+			":counter": num(t.Counter),
+			":cp":      str(cp.Sequence),
+			":sub":     num(cp.SubSequence),
 		})
 }
 
 // Release implements Store. It removes the owner and the expiry and keeps the checkpoint.
-func (d *DynamoDB) Release(ctx context.Context, key, owner string) error {
-	if err := d.check(key, owner, 0, true, false); err != nil {
-		return err
+func (d *DynamoDB) Release(ctx context.Context, key string, t Tenure) (bool, error) {
+	if err := d.check(key, t.Owner, 0, true, noTTL); err != nil {
+		return false, err
 	}
-	_, err := d.update(ctx, "release", key,
+	return d.update(ctx, "release", key,
 		"REMOVE #owner, #expiry ADD #counter :one",
-		"#owner = :owner",
-		map[string]types.AttributeValue{":owner": str(owner)})
-	return err
+		"#owner = :owner AND #counter = :counter",
+		map[string]types.AttributeValue{":owner": str(t.Owner), ":counter": num(t.Counter)})
 }
 
-// Delete implements Store, with one DeleteItem conditional on the counter (which an absent
-// item fails).
+// Delete implements Store, with one DeleteItem conditional on the counter and on nobody
+// holding the lease (which an absent item fails).
 func (d *DynamoDB) Delete(ctx context.Context, key string, counter int64) (bool, error) {
-	if err := d.check(key, "", 0, false, false); err != nil {
+	if err := d.check(key, "", 0, false, noTTL); err != nil {
 		return false, err
 	}
 	report := capacityReport(ctx)
 	out, err := d.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                 aws.String(d.table),
-		Key:                       map[string]types.AttributeValue{attrKey: str(key)},
-		ConditionExpression:       aws.String("#counter = :counter"),
-		ExpressionAttributeNames:  map[string]string{"#counter": attrCounter},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":counter": num(counter)},
+		TableName:           aws.String(d.table),
+		Key:                 map[string]types.AttributeValue{attrKey: str(key)},
+		ConditionExpression: aws.String("#counter = :counter AND (attribute_not_exists(#owner) OR #expiry < :now)"),
+		ExpressionAttributeNames: map[string]string{
+			"#counter": attrCounter, "#owner": attrOwner, "#expiry": attrExpiry,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":counter": num(counter), ":now": millis(d.now())},
 		ReturnConsumedCapacity:    asked(report),
 	})
 	if err == nil {
@@ -301,7 +308,7 @@ func (d *DynamoDB) ReadWeak(ctx context.Context, key string) (Lease, error) {
 }
 
 func (d *DynamoDB) read(ctx context.Context, key string, consistent bool) (Lease, error) {
-	if err := d.check(key, "", 0, false, false); err != nil {
+	if err := d.check(key, "", 0, false, noTTL); err != nil {
 		return Lease{}, err
 	}
 	report := capacityReport(ctx)
@@ -325,11 +332,11 @@ func (d *DynamoDB) read(ctx context.Context, key string, consistent bool) (Lease
 	return l, nil
 }
 
-func (d *DynamoDB) check(key, owner string, ttl time.Duration, needOwner, needTTL bool) error {
+func (d *DynamoDB) check(key, owner string, ttl time.Duration, needOwner bool, rule ttlRule) error {
 	if err := d.checkTable(); err != nil {
 		return err
 	}
-	return checkArgs(key, owner, ttl, needOwner, needTTL)
+	return checkArgs(key, owner, ttl, needOwner, rule)
 }
 
 // update applies one conditional UpdateItem that also bumps the counter. A failed condition
@@ -341,7 +348,9 @@ func (d *DynamoDB) check(key, owner string, ttl time.Duration, needOwner, needTT
 // index: DynamoDB writes to a global secondary index only when an item enters or leaves it or
 // one of its projected attributes changes, and the index projects only the keys.
 func (d *DynamoDB) update(ctx context.Context, op, key, update, cond string, values map[string]types.AttributeValue) (bool, error) {
-	values[":one"] = num(1)
+	if strings.Contains(update, ":one") {
+		values[":one"] = num(1) // DynamoDB rejects unused values
+	}
 	if stream, ok := streamOf(key); ok {
 		values[":stream"] = str(stream)
 		const set = "#stream = if_not_exists(#stream, :stream)"
@@ -427,10 +436,10 @@ func decode(item map[string]types.AttributeValue) (Lease, error) {
 	if l.Owner, err = getString(item, attrOwner); err != nil {
 		return Lease{}, err
 	}
-	if l.Checkpoint, err = getString(item, attrCheckpoint); err != nil {
+	if l.Checkpoint.Sequence, err = getString(item, attrCheckpoint); err != nil {
 		return Lease{}, err
 	}
-	if l.SubSequence, err = getNumber(item, attrSubSeq); err != nil {
+	if l.Checkpoint.SubSequence, err = getNumber(item, attrSubSeq); err != nil {
 		return Lease{}, err
 	}
 	if l.Counter, err = getNumber(item, attrCounter); err != nil {

@@ -59,9 +59,15 @@ func TestDynamoDBTableNotFound(t *testing.T) {
 	}{
 		{"Acquire", func() error { _, err := s.Acquire(ctx, "k", "a", time.Minute); return err }},
 		{"Steal", func() error { _, err := s.Steal(ctx, "k", "a", 1, time.Minute); return err }},
-		{"Renew", func() error { _, err := s.Renew(ctx, "k", "a", time.Minute); return err }},
-		{"Checkpoint", func() error { _, err := s.Checkpoint(ctx, "k", "a", "1", 0); return err }},
-		{"Release", func() error { return s.Release(ctx, "k", "a") }},
+		{"Renew", func() error {
+			_, err := s.Renew(ctx, "k", lease.Tenure{Owner: "a", Counter: 1}, time.Minute)
+			return err
+		}},
+		{"Checkpoint", func() error {
+			_, err := s.Checkpoint(ctx, "k", lease.Tenure{Owner: "a", Counter: 1}, lease.Checkpoint{Sequence: "1"})
+			return err
+		}},
+		{"Release", func() error { _, err := s.Release(ctx, "k", lease.Tenure{Owner: "a", Counter: 1}); return err }},
 		{"Read", func() error { _, err := s.Read(ctx, "k"); return err }},
 		{"List", func() error { _, err := s.List(ctx); return err }},
 		{"Delete", func() error { _, err := s.Delete(ctx, "k", 1); return err }},
@@ -101,9 +107,15 @@ func TestDynamoDBEmptyTableName(t *testing.T) {
 		{"EnsureTable", func() error { return s.EnsureTable(ctx) }},
 		{"Acquire", func() error { _, err := s.Acquire(ctx, "k", "a", time.Minute); return err }},
 		{"Steal", func() error { _, err := s.Steal(ctx, "k", "a", 1, time.Minute); return err }},
-		{"Renew", func() error { _, err := s.Renew(ctx, "k", "a", time.Minute); return err }},
-		{"Checkpoint", func() error { _, err := s.Checkpoint(ctx, "k", "a", "1", 0); return err }},
-		{"Release", func() error { return s.Release(ctx, "k", "a") }},
+		{"Renew", func() error {
+			_, err := s.Renew(ctx, "k", lease.Tenure{Owner: "a", Counter: 1}, time.Minute)
+			return err
+		}},
+		{"Checkpoint", func() error {
+			_, err := s.Checkpoint(ctx, "k", lease.Tenure{Owner: "a", Counter: 1}, lease.Checkpoint{Sequence: "1"})
+			return err
+		}},
+		{"Release", func() error { _, err := s.Release(ctx, "k", lease.Tenure{Owner: "a", Counter: 1}); return err }},
 		{"Read", func() error { _, err := s.Read(ctx, "k"); return err }},
 		{"List", func() error { _, err := s.List(ctx); return err }},
 		{"Delete", func() error { _, err := s.Delete(ctx, "k", 1); return err }},
@@ -212,12 +224,12 @@ func TestDynamoDBItemWithoutSubSequence(t *testing.T) {
 	require.NoError(t, err)
 	l, err := s.Read(timeout(t), "orders/shardId-000000000000")
 	require.NoError(t, err)
-	assert.Equal(t, lease.Lease{Key: "orders/shardId-000000000000", Counter: 7, Checkpoint: "42"}, l)
+	assert.Equal(t, lease.Lease{Key: "orders/shardId-000000000000", Counter: 7, Checkpoint: lease.Checkpoint{Sequence: "42"}}, l)
 
 	ok, err := s.Acquire(timeout(t), l.Key, "a", time.Minute)
 	require.NoError(t, err)
 	require.True(t, ok)
-	ok, err = s.Checkpoint(timeout(t), l.Key, "a", "43", 2)
+	ok, err = s.Checkpoint(timeout(t), l.Key, lease.Tenure{Owner: "a", Counter: 8}, lease.Checkpoint{Sequence: "43", SubSequence: 2})
 	require.NoError(t, err)
 	require.True(t, ok)
 	out, err := client.GetItem(timeout(t), &dynamodb.GetItemInput{
@@ -247,7 +259,7 @@ func TestDynamoDBListPrefixReadsOldRows(t *testing.T) {
 	got, err := s.ListPrefix(timeout(t), "orders/")
 	require.NoError(t, err)
 	require.Len(t, got, 2)
-	assert.Equal(t, lease.Lease{Key: "orders/shardId-000000000000", Counter: 7, Checkpoint: "42"}, got[0])
+	assert.Equal(t, lease.Lease{Key: "orders/shardId-000000000000", Counter: 7, Checkpoint: lease.Checkpoint{Sequence: "42"}}, got[0])
 	assert.Equal(t, lease.Lease{Key: "orders/~owner/a", Owner: "a", Counter: 3, Expiry: time.UnixMilli(4102444800000)}, got[1])
 }
 
@@ -275,7 +287,9 @@ func TestDynamoDBConsumedCapacity(t *testing.T) {
 	require.NoError(t, err)
 	_, err = s.ListPrefix(ctx("list"), "orders/")
 	require.NoError(t, err)
-	require.NoError(t, s.Release(ctx("release"), key, "a"))
+	ok, err = s.Release(ctx("release"), key, l.Tenure())
+	require.NoError(t, err)
+	require.True(t, ok)
 	ok, err = s.Delete(ctx("delete"), key, l.Counter+1)
 	require.NoError(t, err)
 	require.True(t, ok)

@@ -1,13 +1,15 @@
 // Package lease holds the shard leases that let several kinesub subscribers share one stream.
 //
-// A lease gives one owner the right to read one shard until its expiry; the owner renews it
-// well before then. Every write bumps the lease's counter, and every write an owner makes is
-// conditional on still owning the lease, so an owner whose lease was taken over (fenced) can
-// neither renew nor checkpoint: its writes report false and it stops reading that shard.
+// A lease gives one owner the right to read one shard until it expires, is released or is
+// taken over. Every write that changes the holder adds one to the lease's counter, and every
+// write an owner makes is conditional on its holding (the owner and that counter: Tenure), so
+// an owner whose lease was taken over, or taken over and taken back, cannot renew, checkpoint
+// or release with what it held before: its writes report false and it stops reading that
+// shard.
 //
-// Two stores implement Store: Memory, for a single process (the default of kinesub.Subscribe),
-// and DynamoDB, for several processes sharing one table. Both pass the same conformance suite
-// (package leasetest).
+// Two stores implement Store: Memory, for a single process and for tests, and DynamoDB, for
+// several processes sharing one table. Both pass the same conformance suite (package
+// leasetest).
 package lease
 
 import (
@@ -31,7 +33,7 @@ const (
 	AtTimestampPrefix = "AT_TIMESTAMP:"
 )
 
-// Lease is one shard's lease as stored.
+// Lease is one lease as stored.
 type Lease struct {
 	// Key names the leased thing; kinesub uses "<stream name>/<shard id>" for shards,
 	// "<stream name>/~owner/<owner>" for each subscriber's heartbeat and
@@ -40,59 +42,91 @@ type Lease struct {
 	Key string
 	// Owner is the current holder, empty when nobody holds the lease (never taken, or released).
 	Owner string
-	// Expiry is when the owner's claim lapses unless renewed. Zero when released.
+	// Expiry is when the owner's claim lapses unless renewed. Zero when released, and for a
+	// lease taken without a TTL, which never lapses: it is held until released, stolen or
+	// deleted.
 	Expiry time.Time
-	// Counter is bumped by every write to the lease: a fencing token that only grows.
+	// Counter is the fencing token: every write that changes who holds the lease (Acquire,
+	// Steal, Release) adds one to it, and no other write changes it, so a holder knows the
+	// counter of its holding (see Tenure) and a thief can tell that the lease is as it saw it.
 	Counter int64
-	// Checkpoint is the sequence number of the last handled record, ShardEnd, a position
-	// marker (TrimHorizon, AtTimestampPrefix…) or empty.
-	Checkpoint string
+	// Checkpoint is where the lease's shard was read to.
+	Checkpoint Checkpoint
+}
+
+// Checkpoint is where a shard was read to, as its lease records it.
+type Checkpoint struct {
+	// Sequence is the sequence number of the last handled record, ShardEnd, a position
+	// marker (TrimHorizon, AtTimestampPrefix…) or empty (none yet).
+	Sequence string
 	// SubSequence places the checkpoint inside a record aggregated by the Kinesis Producer
-	// Library: when positive, the user records of the aggregate Checkpoint with sub-sequence
+	// Library: when positive, the user records of the aggregate Sequence with sub-sequence
 	// numbers below SubSequence are handled and the others are not. Zero when the whole record
-	// Checkpoint is handled (or the checkpoint is not a sequence number); leases written before
-	// sub-sequences were stored read as zero.
+	// Sequence is handled (or Sequence is not a sequence number); leases written before
+	// sub-sequences were stored read as zero. Never negative.
 	SubSequence int64
 }
 
-// Held reports whether a live owner holds the lease at instant now.
+// Tenure is one holding of a lease: its owner and the lease's counter from the write that
+// gave it to them (Acquire, Steal: the counter Read then returns). Renew, Checkpoint and
+// Release are conditional on both, so that a write sent during one holding can never land in
+// a later one, not even in a later holding by the same owner.
+type Tenure struct {
+	Owner   string
+	Counter int64
+}
+
+// Tenure returns the holding the lease records: its owner and counter.
+func (l Lease) Tenure() Tenure { return Tenure{Owner: l.Owner, Counter: l.Counter} }
+
+// Held reports whether an owner holds the lease at instant now: one whose lease has not
+// expired, or one that took it without a TTL.
 func (l Lease) Held(now time.Time) bool {
-	return l.Owner != "" && now.Before(l.Expiry)
+	return l.Owner != "" && (l.Expiry.IsZero() || now.Before(l.Expiry))
 }
 
 // Store keeps leases. Implementations are safe for concurrent use.
 //
 // The boolean results report ownership, not failure: false means another owner holds the
-// lease (Acquire, Steal) or the caller no longer owns it (Renew, Checkpoint). An error means
-// the store could not be asked.
+// lease (Acquire), it changed since the caller saw it (Steal, Delete), or the caller's holding
+// is over (Renew, Checkpoint, Release). An error means the store could not be asked; the
+// write may or may not have been applied.
+//
+// A TTL is either positive, for a lease that lapses unless renewed, or zero, for one that
+// never lapses: held until released, stolen or deleted (a subscriber ties such leases to a
+// heartbeat row of its own, renewed with a TTL, and peers steal them once that row lapsed).
 type Store interface {
-	// Acquire takes the lease for owner for ttl when it is free, released, expired or already
-	// owner's. It returns false while another live owner holds it.
+	// Acquire takes the lease for owner, for ttl, when nobody holds it (absent, released,
+	// expired) or owner already does; it adds one to the counter. It returns false while
+	// another owner holds it.
 	Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
-	// Steal takes the lease for owner for ttl whatever its state, provided its counter still
-	// equals counter (as observed by Read or List): the fenced-takeover used by balancing.
+	// Steal takes the lease for owner, for ttl, whoever holds it, provided its counter still
+	// equals counter (as observed by Read or List): the fenced takeover used by balancing. It
+	// adds one to the counter, and returns false when the counter differs or the lease is
+	// absent.
 	Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error)
-	// Renew extends owner's lease to now+ttl. It returns false when owner no longer holds it.
-	Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error)
-	// Checkpoint records sequence and subSequence (see Lease.SubSequence; 0 outside an
-	// aggregate) as the lease's checkpoint, conditional on owner holding it. It returns false
-	// when owner no longer holds it (fenced). A negative subSequence is an error wrapping
-	// ErrInvalidArgument.
-	Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error)
+	// Renew extends the holding t to now+ttl (ttl > 0); the counter is unchanged. It returns
+	// false when t is over: the lease has another owner or counter, or none.
+	Renew(ctx context.Context, key string, t Tenure, ttl time.Duration) (bool, error)
+	// Checkpoint records cp as the lease's checkpoint, conditional on the holding t; the
+	// counter is unchanged. It returns false when t is over (fenced). An empty sequence or a
+	// negative sub-sequence is an error wrapping ErrInvalidArgument.
+	Checkpoint(ctx context.Context, key string, t Tenure, cp Checkpoint) (bool, error)
 	// Read returns the lease, or a zero Lease with only Key set when there is none.
 	Read(ctx context.Context, key string) (Lease, error)
-	// Release hands the lease back at once, keeping its checkpoint, when owner holds it; it
-	// changes nothing otherwise.
-	Release(ctx context.Context, key, owner string) error
+	// Release ends the holding t at once, keeping the checkpoint, and adds one to the
+	// counter; the lease is free for anyone to Acquire. It returns false, changing nothing,
+	// when t is over.
+	Release(ctx context.Context, key string, t Tenure) (bool, error)
 	// List returns every lease in the store.
 	List(ctx context.Context) ([]Lease, error)
-	// Delete removes the lease, whoever holds it, provided its counter still equals counter
-	// (as observed by Read or List). It returns false when the counter changed or the lease is
-	// absent. A deleted lease is absent: Read returns a zero Lease, an owner's writes report
-	// false, and a later Acquire starts it afresh (counter 1, no checkpoint). Counters only grow
-	// while a lease exists, so delete a key only once nobody acts on a counter observed
-	// before: kinesub deletes the leases of shards gone from the stream and of owners gone
-	// from the table.
+	// Delete removes the lease, provided its counter still equals counter (as observed by
+	// Read or List) and nobody holds it: released, never held, or expired at now. It returns
+	// false otherwise, and when the lease is absent. A deleted lease is absent: Read returns a
+	// zero Lease, a former owner's writes report false, and a later Acquire starts it afresh
+	// (counter 1, no checkpoint). Counters only grow while a lease exists, so delete a key
+	// only once nobody acts on a counter observed before: kinesub deletes the leases of shards
+	// gone from the stream and the heartbeat rows of owners gone from the table.
 	Delete(ctx context.Context, key string, counter int64) (bool, error)
 }
 
@@ -116,8 +150,9 @@ type WeakReader interface {
 	ReadWeak(ctx context.Context, key string) (Lease, error)
 }
 
-// ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, or a
-// non-positive TTL. Such calls do no I/O.
+// ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, a negative
+// TTL (or a zero one where the lease must lapse: Renew), an empty checkpoint or a negative
+// sub-sequence. Such calls do no I/O.
 var ErrInvalidArgument = errors.New("lease: invalid argument")
 
 // ErrTableNotFound is returned, wrapped, when the DynamoDB lease table does not exist.

@@ -9,8 +9,8 @@ import (
 	"time"
 )
 
-// Memory is a Store held in this process's memory: the default for a single subscriber.
-// Nothing survives a restart. It is safe for concurrent use.
+// Memory is a Store held in this process's memory, for a single process and for tests:
+// subscribers in other processes cannot see it, and nothing survives a restart. It is safe for concurrent use.
 type Memory struct {
 	mu     sync.Mutex
 	leases map[string]*Lease
@@ -32,26 +32,45 @@ func ready(ctx context.Context, argErr error) error {
 }
 
 // checkCheckpoint rejects an empty checkpoint and a negative sub-sequence.
-func checkCheckpoint(key, sequence string, subSequence int64) error {
+func checkCheckpoint(key string, cp Checkpoint) error {
 	switch {
-	case sequence == "":
+	case cp.Sequence == "":
 		return fmt.Errorf("%w: lease %q: empty checkpoint", ErrInvalidArgument, key)
-	case subSequence < 0:
-		return fmt.Errorf("%w: lease %q: sub-sequence %d is negative", ErrInvalidArgument, key, subSequence)
+	case cp.SubSequence < 0:
+		return fmt.Errorf("%w: lease %q: sub-sequence %d is negative", ErrInvalidArgument, key, cp.SubSequence)
 	}
 	return nil
 }
 
-func checkArgs(key, owner string, ttl time.Duration, needOwner, needTTL bool) error {
+// ttlRule is what a call accepts as a TTL.
+type ttlRule uint8
+
+const (
+	noTTL       ttlRule = iota // the call takes none
+	ttlOrZero                  // positive, or zero for a lease that never lapses (Acquire, Steal)
+	positiveTTL                // positive (Renew)
+)
+
+func checkArgs(key, owner string, ttl time.Duration, needOwner bool, rule ttlRule) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty lease key", ErrInvalidArgument)
 	case needOwner && owner == "":
 		return fmt.Errorf("%w: empty owner for lease %q", ErrInvalidArgument, key)
-	case needTTL && ttl <= 0:
+	case rule == ttlOrZero && ttl < 0:
+		return fmt.Errorf("%w: lease %q: ttl %v must not be negative", ErrInvalidArgument, key, ttl)
+	case rule == positiveTTL && ttl <= 0:
 		return fmt.Errorf("%w: lease %q: ttl %v must be positive", ErrInvalidArgument, key, ttl)
 	}
 	return nil
+}
+
+// expiry is when a lease taken at now for ttl lapses: never (zero) for a zero ttl.
+func expiry(now time.Time, ttl time.Duration) time.Time {
+	if ttl == 0 {
+		return time.Time{}
+	}
+	return now.Add(ttl)
 }
 
 func (m *Memory) get(key string) *Lease {
@@ -63,9 +82,12 @@ func (m *Memory) get(key string) *Lease {
 	return l
 }
 
+// holds reports whether t is the current holding of l.
+func holds(l *Lease, t Tenure) bool { return l.Owner == t.Owner && l.Counter == t.Counter }
+
 // Acquire implements Store.
 func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
+	if err := ready(ctx, checkArgs(key, owner, ttl, true, ttlOrZero)); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
@@ -75,14 +97,14 @@ func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 	if l.Owner != owner && l.Held(now) {
 		return false, nil
 	}
-	l.Owner, l.Expiry = owner, now.Add(ttl)
+	l.Owner, l.Expiry = owner, expiry(now, ttl)
 	l.Counter++
 	return true, nil
 }
 
 // Steal implements Store.
 func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
-	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
+	if err := ready(ctx, checkArgs(key, owner, ttl, true, ttlOrZero)); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
@@ -91,33 +113,32 @@ func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, tt
 	if !ok || l.Counter != counter {
 		return false, nil
 	}
-	l.Owner, l.Expiry = owner, m.now().Add(ttl)
+	l.Owner, l.Expiry = owner, expiry(m.now(), ttl)
 	l.Counter++
 	return true, nil
 }
 
 // Renew implements Store.
-func (m *Memory) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
+func (m *Memory) Renew(ctx context.Context, key string, t Tenure, ttl time.Duration) (bool, error) {
+	if err := ready(ctx, checkArgs(key, t.Owner, ttl, true, positiveTTL)); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.leases[key]
-	if !ok || l.Owner != owner {
+	if !ok || !holds(l, t) {
 		return false, nil
 	}
 	l.Expiry = m.now().Add(ttl)
-	l.Counter++
 	return true, nil
 }
 
 // Checkpoint implements Store.
-func (m *Memory) Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error) {
-	if err := checkArgs(key, owner, 0, true, false); err != nil {
+func (m *Memory) Checkpoint(ctx context.Context, key string, t Tenure, cp Checkpoint) (bool, error) {
+	if err := checkArgs(key, t.Owner, 0, true, noTTL); err != nil {
 		return false, err
 	}
-	if err := checkCheckpoint(key, sequence, subSequence); err != nil {
+	if err := checkCheckpoint(key, cp); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -126,17 +147,16 @@ func (m *Memory) Checkpoint(ctx context.Context, key, owner, sequence string, su
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.leases[key]
-	if !ok || l.Owner != owner {
+	if !ok || !holds(l, t) {
 		return false, nil
 	}
-	l.Checkpoint, l.SubSequence = sequence, subSequence
-	l.Counter++
+	l.Checkpoint = cp
 	return true, nil
 }
 
 // Read implements Store.
 func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
-	if err := ready(ctx, checkArgs(key, "", 0, false, false)); err != nil {
+	if err := ready(ctx, checkArgs(key, "", 0, false, noTTL)); err != nil {
 		return Lease{}, err
 	}
 	m.mu.Lock()
@@ -148,30 +168,30 @@ func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
 }
 
 // Release implements Store.
-func (m *Memory) Release(ctx context.Context, key, owner string) error {
-	if err := ready(ctx, checkArgs(key, owner, 0, true, false)); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	l, ok := m.leases[key]
-	if !ok || l.Owner != owner {
-		return nil
-	}
-	l.Owner, l.Expiry = "", time.Time{}
-	l.Counter++
-	return nil
-}
-
-// Delete implements Store.
-func (m *Memory) Delete(ctx context.Context, key string, counter int64) (bool, error) {
-	if err := ready(ctx, checkArgs(key, "", 0, false, false)); err != nil {
+func (m *Memory) Release(ctx context.Context, key string, t Tenure) (bool, error) {
+	if err := ready(ctx, checkArgs(key, t.Owner, 0, true, noTTL)); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.leases[key]
-	if !ok || l.Counter != counter {
+	if !ok || !holds(l, t) {
+		return false, nil
+	}
+	l.Owner, l.Expiry = "", time.Time{}
+	l.Counter++
+	return true, nil
+}
+
+// Delete implements Store.
+func (m *Memory) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	if err := ready(ctx, checkArgs(key, "", 0, false, noTTL)); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[key]
+	if !ok || l.Counter != counter || l.Held(m.now()) {
 		return false, nil
 	}
 	delete(m.leases, key)

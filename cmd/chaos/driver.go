@@ -464,7 +464,7 @@ func (r *run) warmUp(ctx context.Context, pub *kinesub.Publisher) (int, error) {
 		}
 		done := map[string]bool{}
 		for _, l := range ls {
-			if id, ok := shardOf(l.Key, r.stream); ok && l.Checkpoint != "" {
+			if id, ok := shardOf(l.Key, r.stream); ok && l.Checkpoint.Sequence != "" {
 				done[id] = true
 			}
 		}

@@ -418,8 +418,8 @@ func verify(in verifyInput) (*Report, error) {
 		if l.Owner != "" {
 			bad("lease of %s still held by %s after every consumer stopped", shard, l.Owner)
 		}
-		if seqs := order[shard]; len(seqs) > 0 && l.Checkpoint != seqs[len(seqs)-1] {
-			bad("final checkpoint of %s is %q, not its newest record %s", shard, l.Checkpoint, seqs[len(seqs)-1])
+		if seqs := order[shard]; len(seqs) > 0 && l.Checkpoint.Sequence != seqs[len(seqs)-1] {
+			bad("final checkpoint of %s is %q, not its newest record %s", shard, l.Checkpoint.Sequence, seqs[len(seqs)-1])
 		}
 	}
 	if seenShards != in.shards {

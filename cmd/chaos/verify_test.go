@@ -78,7 +78,7 @@ func baseScenario() *scenario {
 	return &scenario{
 		a: a, b: b,
 		final: []lease.Lease{
-			{Key: testStream + "/" + shard0, Checkpoint: "13"},
+			{Key: testStream + "/" + shard0, Checkpoint: lease.Checkpoint{Sequence: "13"}},
 			// The killed process's heartbeat row, not yet deleted as stale: not a shard.
 			{Key: testStream + "/~owner/a", Owner: "a", Expiry: at(1400), Counter: 4},
 		},
@@ -162,7 +162,7 @@ func TestVerifyFindsViolations(t *testing.T) {
 			sc.b = (&fakeLog{owner: "b"}).take(2000, shard0, "10").
 				deliver(2010, shard0, "11", 1).deliver(2020, shard0, "12", 2).
 				event(3000, "lease released", map[string]string{"shard_id": shard0})
-			sc.final[0].Checkpoint = "12"
+			sc.final[0].Checkpoint.Sequence = "12"
 		}, "lost: k00001/1 was never delivered"},
 		{"redelivered after a clean release", func(sc *scenario) {
 			sc.a.killed = time.Time{}
@@ -184,7 +184,7 @@ func TestVerifyFindsViolations(t *testing.T) {
 			sc.final[0].Owner = "b"
 		}, "lease of shardId-0 still held by b"},
 		{"final checkpoint behind", func(sc *scenario) {
-			sc.final[0].Checkpoint = "12"
+			sc.final[0].Checkpoint.Sequence = "12"
 		}, "final checkpoint of shardId-0 is \"12\", not its newest record 13"},
 		{"slow takeover", func(sc *scenario) {
 			sc.kills[0].at = at(-100)

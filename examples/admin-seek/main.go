@@ -58,12 +58,12 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *stream, *table, *addr, int32(*create)); err != nil {
+	if err := run(ctx, *stream, *table, *addr, *create); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func run(ctx context.Context, stream, table, addr string, create int32) error {
+func run(ctx context.Context, stream, table, addr string, create int) error {
 	if err := checkLoopback(addr); err != nil {
 		return err
 	}

@@ -199,7 +199,7 @@ func printLeases(ctx context.Context, store lease.Store, stream string) error {
 		if owner == "" {
 			owner = "(released)"
 		}
-		fmt.Printf("  %s  owner=%s  checkpoint=%s\n", l.Key, owner, l.Checkpoint)
+		fmt.Printf("  %s  owner=%s  checkpoint=%s\n", l.Key, owner, l.Checkpoint.Sequence)
 	}
 	return nil
 }

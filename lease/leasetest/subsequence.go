@@ -16,13 +16,12 @@ import (
 func testSubSequence(t *testing.T, s lease.Store) {
 	const seq = "49590338271490256608559692538361571095921575989136588898"
 	k := key(t, "0")
-	require.True(t, acquire(t, s, k, "a", long))
-	ok, err := s.Checkpoint(ctx(t), k, "a", seq, 4)
+	a := hold(t, s, k, "a", long)
+	ok, err := s.Checkpoint(ctx(t), k, a, lease.Checkpoint{Sequence: seq, SubSequence: 4})
 	require.NoError(t, err)
 	require.True(t, ok)
 	l := read(t, s, k)
-	assert.Equal(t, seq, l.Checkpoint)
-	assert.Equal(t, int64(4), l.SubSequence)
+	assert.Equal(t, lease.Checkpoint{Sequence: seq, SubSequence: 4}, l.Checkpoint)
 
 	all, err := s.List(ctx(t))
 	require.NoError(t, err)
@@ -30,30 +29,28 @@ func testSubSequence(t *testing.T, s lease.Store) {
 	for _, x := range all {
 		if x.Key == k {
 			found = true
-			assert.Equal(t, int64(4), x.SubSequence, "sub-sequence in List")
+			assert.Equal(t, int64(4), x.Checkpoint.SubSequence, "sub-sequence in List")
 		}
 	}
 	assert.True(t, found, "lease missing from List")
 
-	release(t, s, k, "a")
-	assert.Equal(t, int64(4), read(t, s, k).SubSequence, "sub-sequence after Release")
-	require.True(t, acquire(t, s, k, "b", short))
-	assert.Equal(t, int64(4), read(t, s, k).SubSequence, "sub-sequence after another owner acquired")
+	require.True(t, release(t, s, k, a))
+	assert.Equal(t, int64(4), read(t, s, k).Checkpoint.SubSequence, "sub-sequence after Release")
+	b := hold(t, s, k, "b", short)
+	assert.Equal(t, int64(4), read(t, s, k).Checkpoint.SubSequence, "sub-sequence after another owner acquired")
 
-	ok, err = s.Checkpoint(ctx(t), k, "a", seq, 7)
+	ok, err = s.Checkpoint(ctx(t), k, a, lease.Checkpoint{Sequence: seq, SubSequence: 7})
 	require.NoError(t, err)
 	assert.False(t, ok, "Checkpoint by a fenced owner")
-	assert.Equal(t, int64(4), read(t, s, k).SubSequence, "sub-sequence after a fenced Checkpoint")
+	assert.Equal(t, int64(4), read(t, s, k).Checkpoint.SubSequence, "sub-sequence after a fenced Checkpoint")
 
-	require.True(t, checkpoint(t, s, k, "b", seq))
-	l = read(t, s, k)
-	assert.Equal(t, seq, l.Checkpoint)
-	assert.Equal(t, int64(0), l.SubSequence, "sub-sequence after a whole-record checkpoint")
+	require.True(t, checkpoint(t, s, k, b, seq))
+	assert.Equal(t, lease.Checkpoint{Sequence: seq}, read(t, s, k).Checkpoint, "after a whole-record checkpoint")
 
-	ok, err = s.Checkpoint(ctx(t), k, "b", lease.ShardEnd, 0)
+	ok, err = s.Checkpoint(ctx(t), k, b, lease.Checkpoint{Sequence: lease.ShardEnd})
 	require.NoError(t, err)
 	require.True(t, ok)
-	assert.Equal(t, lease.Lease{Key: k, Owner: "b", Checkpoint: lease.ShardEnd}, withoutTimes(read(t, s, k)))
+	assert.Equal(t, lease.Lease{Key: k, Owner: "b", Checkpoint: lease.Checkpoint{Sequence: lease.ShardEnd}}, withoutTimes(read(t, s, k)))
 }
 
 // withoutTimes clears what a lease's history decides (expiry, counter), keeping what the test
