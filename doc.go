@@ -120,9 +120,10 @@
 // # Positions and seeking
 //
 // By default each shard resumes after its checkpoint, and a shard never read before opens at
-// the tip (WithInitialPosition chooses another place). The first reader of a shard records
-// where it opened, so a shard handed over before its first checkpoint is not reopened at a
-// later tip. WithStartAt opens every shard at a stream-wide Position instead (Horizon, Latest,
+// the tip as of the Subscribe call: every record published after Subscribe was called is read,
+// however late a shard's reader opens (WithInitialPosition chooses another place). The first
+// reader of a shard records where it opened, so a shard handed over before its first
+// checkpoint is not reopened at a later tip. WithStartAt opens every shard at a stream-wide Position instead (Horizon, Latest,
 // AtTimestamp), ahead of stored checkpoints. A running subscription is repositioned with
 // Seeker.Seek, for example from an admin endpoint (see SeekHandler): a stream-wide position
 // moves every shard and applies to shards opened later; AtSequence moves one shard. Once Seek

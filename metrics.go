@@ -148,6 +148,7 @@ type metrics struct {
 	consumedC, acked, nacked  metric.Int64ObservableCounter
 	behind, inFlight, ifBytes metric.Int64ObservableGauge
 	held                      metric.Int64ObservableGauge
+	oldest                    metric.Float64ObservableGauge
 	reg                       metric.Registration
 
 	mu     sync.Mutex
@@ -213,6 +214,9 @@ func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
 	m.held, e = meter.Int64ObservableGauge("kinesub.leases.held", metric.WithUnit("{lease}"),
 		metric.WithDescription("Shards this subscriber holds the lease of and reads."))
 	add(e)
+	m.oldest, e = meter.Float64ObservableGauge("kinesub.in_flight.oldest_age", metric.WithUnit("s"),
+		metric.WithDescription("How long ago the oldest delivery not yet settled was fetched, per shard held here (0 when none): a record that holds its shard's checkpoint back."))
+	add(e)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("kinesub: metrics: %w", err)
 	}
@@ -230,17 +234,24 @@ func (m *metrics) observe(held func() []*worker) error {
 		}
 		m.mu.Unlock()
 		ws := held()
+		now := time.Now()
 		for _, w := range ws {
 			w.mu.Lock()
 			n, b := w.wm.inFlight(), w.wm.bytes
+			_, at, unsettled := w.wm.oldest()
 			w.mu.Unlock()
+			age := 0.0
+			if unsettled && at != 0 {
+				age = now.Sub(time.Unix(0, at)).Seconds()
+			}
+			o.ObserveFloat64(m.oldest, age, w.stats.attrs)
 			o.ObserveInt64(m.inFlight, int64(n), w.stats.attrs)
 			o.ObserveInt64(m.ifBytes, int64(b), w.stats.attrs)
 			o.ObserveInt64(m.behind, w.millisBehind.Load(), w.stats.attrs)
 		}
 		o.ObserveInt64(m.held, int64(len(ws)), metric.WithAttributeSet(attribute.NewSet(attrSystem.String(systemKinesis), m.stream)))
 		return nil
-	}, m.consumedC, m.acked, m.nacked, m.behind, m.inFlight, m.ifBytes, m.held)
+	}, m.consumedC, m.acked, m.nacked, m.behind, m.inFlight, m.ifBytes, m.held, m.oldest)
 	if err != nil {
 		return fmt.Errorf("kinesub: metrics: %w", err)
 	}

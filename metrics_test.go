@@ -75,6 +75,10 @@ func (m *meters) collect(name string) ([]point, string) {
 				for _, p := range d.DataPoints {
 					pts = append(pts, point{attrs(p.Attributes), float64(p.Value)})
 				}
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					pts = append(pts, point{attrs(p.Attributes), p.Value})
+				}
 			case metricdata.Histogram[float64]:
 				for _, p := range d.DataPoints {
 					pts = append(pts, point{attrs(p.Attributes), float64(p.Count)})

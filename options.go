@@ -226,11 +226,14 @@ func WithCheckpointInterval(d time.Duration) Option {
 	return func(c *config) { c.checkpointInterval = d }
 }
 
-// WithMaxInFlight caps the delivered-but-unsettled records per shard, overriding the default
-// 10000. A reader at the cap stops fetching until acks free a batch's worth of room (or half the
-// cap, when that is less), and never asks for more than the room left, so memory stays bounded
-// by roughly cap × (record size + about 250 bytes of bookkeeping) × owned shards whatever the
-// consumer does. Range 1 to 10000000.
+// WithMaxInFlight caps the records per shard between the oldest one not yet settled and the
+// newest one fetched, settled or not, overriding the default 10000: what the checkpoint cannot
+// pass yet. A reader at the cap stops fetching until acks free a batch's worth of room (or half
+// the cap, when that is less), and never asks for more than the room left, so memory stays
+// bounded by roughly cap × (record size + about 250 bytes of bookkeeping) × owned shards
+// whatever the consumer does. So one record never settled (a lost Ack, a Nack) stops its shard
+// once cap more were fetched after it: Shards shows it (OldestUnsettled, and WaitingForAcks),
+// and so does the kinesub.in_flight.oldest_age metric. Range 1 to 10000000.
 func WithMaxInFlight(n int) Option { return func(c *config) { c.maxInFlight = n } }
 
 // WithMaxInFlightBytes caps the data of a shard's delivered-but-unsettled records (counted as
@@ -262,7 +265,7 @@ func WithBalanceInterval(d time.Duration) Option {
 }
 
 // WithStartAt opens every shard at p, ahead of any stored checkpoint: exactly a stream-wide
-// Seek at the instant the subscription opens. It is a replay tool: every shard this subscriber
+// Seek at the instant Subscribe is called (Latest is the tip as of then). It is a replay tool: every shard this subscriber
 // opens for the first time opens at p, including shards it takes over from a peer later. To
 // choose only where a new application starts, use WithInitialPosition. p must be stream-wide.
 func WithStartAt(p Position) Option {
@@ -270,10 +273,13 @@ func WithStartAt(p Position) Option {
 }
 
 // WithInitialPosition sets where a shard that has no checkpoint yet opens, overriding the
-// default Latest (the tip): Horizon() makes a new application read everything retained. Shards
-// with a checkpoint resume after it, and children of a shard read to its end here always open
-// at their oldest record. The first reader of a shard records where it opened, so a later
-// owner opens there too. p must be stream-wide.
+// default Latest: the tip as of the Subscribe call, so that every record published after
+// Subscribe was called is read, however late the shard's reader opens (it opens at the
+// records that arrived from then on, reaching 5 s further back for the offset between this
+// host's clock and the service's: a few older records may come too). Horizon() makes a new
+// application read everything retained. Shards with a checkpoint resume after it, and children
+// of a shard read to its end here always open at their oldest record. The first reader of a
+// shard records where it opened, so a later owner opens there too. p must be stream-wide.
 func WithInitialPosition(p Position) Option {
 	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
 }

@@ -38,8 +38,9 @@ type Position struct {
 // Horizon is the oldest record each shard retains (TRIM_HORIZON). Stream-wide.
 func Horizon() Position { return Position{kind: posHorizon} }
 
-// Latest is the tip of each shard: only records published after the reader opens there.
-// Stream-wide.
+// Latest is the tip of each shard: only records published from then on. Stream-wide. As a
+// start position (WithInitialPosition, the default; WithStartAt) it is the tip as of the
+// Subscribe call, and for a stream-wide Seek, as of the seek, whenever a shard's reader opens.
 func Latest() Position { return Position{kind: posLatest} }
 
 // AtTimestamp is each shard's first record that arrived at or after t. Stream-wide. Times

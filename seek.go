@@ -17,7 +17,8 @@ type Seeker struct {
 //
 // A stream-wide position (Horizon, Latest, AtTimestamp) moves every shard this subscriber
 // reads and is installed for the whole subscription first, so shards whose readers start
-// later (including children of a later split) open there too. A shard-scoped position
+// later (including children of a later split) open there too; for them, Latest is the tip as
+// of the seek, so that nothing published after it is skipped. A shard-scoped position
 // (AtSequence) moves only that shard's reader, which must be owned here and still reading:
 // otherwise Seek returns ErrShardNotOwned, ErrShardFinished or ErrUnknownShard. A target the
 // service rejects (a bad sequence number) returns its error and leaves the reader where it was.
