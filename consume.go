@@ -47,11 +47,7 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 				return true
 			}
 			s.metrics.consumedPage(page)
-			b := &Batch{msgs: make([]*Message, len(page))}
-			for i := range page {
-				b.msgs[i] = &page[i]
-			}
-			return yield(b, nil)
+			return yield(&Batch{msgs: page}, nil)
 		}, func(err error) { yield(nil, err) })
 	}
 }

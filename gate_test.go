@@ -9,8 +9,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
 // newGateHarness builds just the consumer side of a Subscriber, its delivery: deliveries
@@ -378,11 +376,11 @@ func testSeekFencesUnderLoad(t *testing.T, buffer int) {
 }
 
 // testPage is a page of shard w fetched in generation gen, one plain record per payload.
-func testPage(w *worker, gen uint64, payloads ...string) *shardPage {
-	pg := &shardPage{shard: w, gen: gen, records: make([]types.Record, len(payloads)), msgs: make([]Message, len(payloads))}
+func testPage(w *worker, gen uint64, payloads ...string) *fetched {
+	f := newFetched(&shardPage{shard: w, gen: gen}, len(payloads))
 	for i, p := range payloads {
-		pg.records[i].Data = []byte(p)
-		pg.msgs[i] = Message{pg: pg, rec: uint32(i), off: uint32(i)}
+		m := f.add()
+		m.data, m.off = []byte(p), uint32(i)
 	}
-	return pg
+	return f
 }

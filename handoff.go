@@ -16,15 +16,15 @@ import (
 // the gate first and then reads the count: of the two, one sees the other's write, so either
 // the pull finds the delivery stale or the drain counts it. No lock is taken per record.
 type handoff struct {
-	in    chan *shardPage // readers → consumer, a page at a time
-	token chan struct{}   // holds one token; the consumer pulling has taken it
+	in    chan *fetched  // readers → consumer, a page at a time
+	token chan struct{} // holds one token; the consumer pulling has taken it
 
-	rest *shardPage // the current page: one shard, one generation; owned by the token's holder
-	next int        // rest.msgs[next:] is left to pull
+	rest *fetched // the current page: one shard, one generation; owned by the token's holder
+	next int      // rest's deliveries from next on are left to pull
 }
 
 func newHandoff(pages int) *handoff {
-	h := &handoff{in: make(chan *shardPage, pages), token: make(chan struct{}, 1)}
+	h := &handoff{in: make(chan *fetched, pages), token: make(chan struct{}, 1)}
 	h.token <- struct{}{}
 	return h
 }
@@ -32,45 +32,49 @@ func newHandoff(pages int) *handoff {
 // take returns the next delivery of rest whose shard has not moved on since it was fetched,
 // counted as handed out, or nil when rest holds none.
 func (h *handoff) take() *Message {
-	pg := h.rest
-	if pg == nil || h.next >= len(pg.msgs) {
+	f := h.rest
+	if f == nil || h.next >= f.n {
 		return nil
 	}
-	w := pg.shard
+	w := f.pg.shard
 	w.out.add(1)
-	if pg.gen != w.gate.Load() {
+	if f.pg.gen != w.gate.Load() {
 		w.out.done(1)
 		h.drop() // one page is one shard and one generation: all of it is stale
 		return nil
 	}
-	m := &pg.msgs[h.next]
+	m := f.at(h.next)
 	h.next++
 	return m
 }
 
-// takeAll returns what is left of the current page, counted as handed out, or nil when nothing
-// is left or the page is stale.
-func (h *handoff) takeAll() []Message {
-	pg := h.rest
-	if pg == nil {
+// takeAll returns what is left of the current page, counted as handed out, or nil when
+// nothing is left or the page is stale.
+func (h *handoff) takeAll() []*Message {
+	f, from := h.rest, h.next
+	if f == nil {
 		return nil
 	}
-	page := pg.msgs[min(h.next, len(pg.msgs)):]
 	h.drop()
-	if len(page) == 0 {
+	n := f.n - from
+	if n <= 0 {
 		return nil
 	}
-	w := pg.shard
-	w.out.add(int64(len(page)))
-	if pg.gen != w.gate.Load() {
-		w.out.done(int64(len(page)))
+	w := f.pg.shard
+	w.out.add(int64(n))
+	if f.pg.gen != w.gate.Load() {
+		w.out.done(int64(n))
 		return nil
 	}
-	return page
+	ms := make([]*Message, n)
+	for i := range ms {
+		ms[i] = f.at(from + i)
+	}
+	return ms
 }
 
 // refill makes page the current one.
-func (h *handoff) refill(page *shardPage) { h.rest, h.next = page, 0 }
+func (h *handoff) refill(page *fetched) { h.rest, h.next = page, 0 }
 
 func (h *handoff) drop() { h.rest, h.next = nil, 0 }
 

@@ -5,52 +5,80 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
 // Message is one Kinesis record delivered by a Subscriber. Its accessors return what the
 // record carried; Ack or Nack settles it. A Message is safe for use from any goroutine; its
 // Data and Headers must not be modified.
 //
-// A Message refers to the page it was fetched in rather than copying the record: building a
-// page writes a page pointer and two offsets per plain record, and a reader of a busy shard
-// builds tens of thousands a second.
+// A Message holds its own record's fields (their bytes in blocks of a few KiB that the
+// decoder shares between neighbouring records), and shares with its page only a small header:
+// a Message kept alive keeps its record, a block or two and the chunk of Messages it was
+// built in (msgChunk of them), never its page.
 type Message struct {
-	pg      *shardPage // the page: shard, generation, the records as the client decoded them
-	ext     *unpacked  // what differs from the raw record (an envelope, a KPL user record); nil for a plain record
-	handed  int64      // when it was handed to the consumer, in Unix ns; atomic, 0 until then (metrics)
-	rec     uint32     // its record: pg.records[rec]
-	off     uint32     // its delivery's offset in the page: its watermark index is pg.first+off
-	settled uint32     // set once, atomically, by Ack or Nack (a plain word so pages of Messages can be built by value)
+	pg      *shardPage        // shard, generation, watermark base: shared by the page's Messages
+	data    []byte            // the payload, without the header envelope
+	key     string            // the partition key (a KPL user record's own)
+	seq     string            // the sequence number (a KPL user record's aggregate's)
+	headers map[string]string // the envelope's headers; nil when the record carried none
+	arrival int64             // ApproximateArrivalTimestamp, in Unix ns; 0 when absent
+	handed  int64             // when it was handed to the consumer, in Unix ns; atomic, 0 until then (metrics)
+	off     uint32            // its delivery's offset in the page: its watermark index is pg.first+off
+	sub     int32             // its position within a KPL aggregate; 0 for a record not aggregated
+	settled uint32            // set once, atomically, by Ack or Nack (a plain word so Messages can be built by value)
 }
 
-// shardPage is one page of a shard as its reader hands it to the consumer: consecutive
-// deliveries of one shard, fetched in one generation.
+// shardPage is what the deliveries of one page share: their shard, the generation they were
+// fetched in and where they start in the shard's watermark. It refers to no record.
 type shardPage struct {
-	shard   *worker
-	gen     uint64         // the shard's generation when the page was fetched
-	first   uint64         // the watermark index of msgs[0]
-	records []types.Record // as the client decoded them
-	msgs    []Message
+	shard *worker
+	gen   uint64 // the shard's generation when the page was fetched
+	first uint64 // the watermark index the page's offsets count from
+	lead  uint32 // the offset of the page's first delivery (metrics)
 }
 
-// unpacked is what a delivery carries that its raw record does not hold as it is: the payload
-// and headers inside an envelope, or a user record of a KPL aggregate.
-type unpacked struct {
-	data         []byte
-	headers      map[string]string // nil when the record carried none
-	partitionKey string
-	sub          int32 // position within a KPL aggregate
+// msgChunk is how many Messages are built in one allocation: a Message kept alive keeps its
+// chunk, about 7 KiB, rather than every Message of its page.
+const msgChunk = 64
+
+// fetched is one page's deliveries as a reader hands them to the consumer (handoff.go): in
+// chunks of msgChunk, every chunk but the last full.
+type fetched struct {
+	pg     *shardPage
+	chunks [][]Message
+	n      int
 }
 
-// record returns the Kinesis record m was read from, or nil for a zero Message.
-func (m *Message) record() *types.Record {
-	if m.pg == nil {
-		return nil
+// newFetched returns the deliveries of page pg, with room made for n of them.
+func newFetched(pg *shardPage, n int) *fetched {
+	f := &fetched{pg: pg, chunks: make([][]Message, 0, (n+msgChunk-1)/msgChunk)}
+	for n > 0 {
+		c := min(n, msgChunk)
+		f.chunks = append(f.chunks, make([]Message, c))
+		n -= c
 	}
-	return &m.pg.records[m.rec]
+	return f
 }
+
+// add returns a new Message at the end of the page: in the room made for it, or (a page whose
+// KPL aggregates hold more user records than it has records) in room made now.
+func (f *fetched) add() *Message {
+	i, k := f.n/msgChunk, f.n%msgChunk
+	switch {
+	case i < len(f.chunks) && k < len(f.chunks[i]):
+	case k == 0:
+		f.chunks = append(f.chunks, make([]Message, 1, msgChunk))
+	default:
+		f.chunks[i] = append(f.chunks[i], Message{})
+	}
+	f.n++
+	m := &f.chunks[i][k]
+	m.pg = f.pg
+	return m
+}
+
+// at returns the page's i-th Message.
+func (f *fetched) at(i int) *Message { return &f.chunks[i/msgChunk][i%msgChunk] }
 
 // shard returns the shard m was read from, or nil for a zero Message.
 func (m *Message) shard() *worker {
@@ -64,53 +92,22 @@ func (m *Message) shard() *worker {
 func (m *Message) index() uint64 { return m.pg.first + uint64(m.off) }
 
 // Data returns the record's payload, without the header envelope.
-func (m *Message) Data() []byte {
-	if m.ext != nil {
-		return m.ext.data
-	}
-	if rec := m.record(); rec != nil {
-		return rec.Data
-	}
-	return nil
-}
+func (m *Message) Data() []byte { return m.data }
 
 // Headers returns the user headers the record carried in its envelope, names lowercased (as the
 // Rust crate reads them), or nil when it carried none (a nil map reads as empty: h["x"] is "",
 // len(h) is 0). The map must not be modified.
-func (m *Message) Headers() map[string]string {
-	if m.ext == nil {
-		return nil
-	}
-	return m.ext.headers
-}
+func (m *Message) Headers() map[string]string { return m.headers }
 
 // PartitionKey returns the record's partition key.
-func (m *Message) PartitionKey() string {
-	if m.ext != nil {
-		return m.ext.partitionKey
-	}
-	if rec := m.record(); rec != nil {
-		return aws.ToString(rec.PartitionKey)
-	}
-	return ""
-}
+func (m *Message) PartitionKey() string { return m.key }
 
 // SequenceNumber returns the record's sequence number, unique within its shard.
-func (m *Message) SequenceNumber() string {
-	if rec := m.record(); rec != nil {
-		return aws.ToString(rec.SequenceNumber)
-	}
-	return ""
-}
+func (m *Message) SequenceNumber() string { return m.seq }
 
 // SubSequenceNumber returns the position of the record within the KPL-aggregated record it
 // arrived in (whose SequenceNumber it shares), and 0 for a record that was not aggregated.
-func (m *Message) SubSequenceNumber() int {
-	if m.ext == nil {
-		return 0
-	}
-	return int(m.ext.sub)
-}
+func (m *Message) SubSequenceNumber() int { return int(m.sub) }
 
 // ShardID returns the id of the shard the record was read from.
 func (m *Message) ShardID() string {
@@ -122,10 +119,10 @@ func (m *Message) ShardID() string {
 
 // ArrivalTime returns when the service accepted the record.
 func (m *Message) ArrivalTime() time.Time {
-	if rec := m.record(); rec != nil && rec.ApproximateArrivalTimestamp != nil {
-		return *rec.ApproximateArrivalTimestamp
+	if m.arrival == 0 {
+		return time.Time{}
 	}
-	return time.Time{}
+	return time.Unix(0, m.arrival).UTC()
 }
 
 // Position returns the shard-scoped position of this record: seeking there delivers it again,

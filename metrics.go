@@ -296,14 +296,14 @@ func (m *metrics) consumed(msg *Message) {
 		return
 	}
 	n := msg.pg.shard.stats.consumed.Add(1)
-	if (n%settleSample == 1 || msg == &msg.pg.msgs[0]) && m.settle.Enabled(context.Background()) {
+	if (n%settleSample == 1 || msg.off == msg.pg.lead) && m.settle.Enabled(context.Background()) {
 		atomic.StoreInt64(&msg.handed, time.Now().UnixNano())
 	}
 }
 
 // consumedPage counts deliveries of one shard handed out at once (Batches), timing the first
 // and the same sample of the others as consumed does.
-func (m *metrics) consumedPage(page []Message) {
+func (m *metrics) consumedPage(page []*Message) {
 	if m == nil || len(page) == 0 || page[0].pg.shard.stats == nil {
 		return
 	}

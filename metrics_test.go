@@ -433,17 +433,19 @@ func TestSettleSampleFollowsPages(t *testing.T) {
 	m, err := newMetrics(mt.provider, "orders")
 	require.NoError(t, err)
 	w := &worker{stats: m.shard("shardId-000000000000")}
-	page := func(size int) *shardPage {
-		pg := &shardPage{shard: w, msgs: make([]Message, size)}
-		for i := range pg.msgs {
-			pg.msgs[i].pg = pg
+	page := func(size int) []*Message {
+		f := newFetched(&shardPage{shard: w}, size)
+		ms := make([]*Message, size)
+		for i := range ms {
+			ms[i] = f.add()
+			ms[i].off = uint32(i)
 		}
-		return pg
+		return ms
 	}
-	timed := func(pg *shardPage) int {
+	timed := func(ms []*Message) int {
 		n := 0
-		for i := range pg.msgs {
-			if pg.msgs[i].handed != 0 {
+		for _, m := range ms {
+			if m.handed != 0 {
 				n++
 			}
 		}
@@ -452,25 +454,25 @@ func TestSettleSampleFollowsPages(t *testing.T) {
 	// One at a time (Messages, All).
 	single, large := 0, 0
 	for range 100 {
-		pg := page(1)
-		m.consumed(&pg.msgs[0])
-		single += timed(pg)
+		ms := page(1)
+		m.consumed(ms[0])
+		single += timed(ms)
 	}
 	require.Equal(t, 100, single, "a record a page: every one timed")
 	for range 2 {
-		pg := page(10_000)
-		for i := range pg.msgs {
-			m.consumed(&pg.msgs[i])
+		ms := page(10_000)
+		for _, msg := range ms {
+			m.consumed(msg)
 		}
-		large += timed(pg)
+		large += timed(ms)
 	}
 	require.InDelta(t, 2+20_000/settleSample, large, 2, "pages of 10,000: their first deliveries and one in settleSample")
 	// A page at once (Batches).
 	batched := 0
 	for range 2 {
-		pg := page(10_000)
-		m.consumedPage(pg.msgs)
-		batched += timed(pg)
+		ms := page(10_000)
+		m.consumedPage(ms)
+		batched += timed(ms)
 	}
 	require.InDelta(t, 2+20_000/settleSample, batched, 2)
 }

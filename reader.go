@@ -277,24 +277,25 @@ func (r *reader) room() int {
 // interrupted by a seek or a stop: the rest of the batch is dropped, and the reader reopens.
 //
 // The page's Messages and watermark slots are built outside w.mu, so that acks of the shard's
-// earlier records do not wait for it; the lock is taken once, to track them all. A plain
-// record's Message refers to the record in the page; only envelopes and KPL aggregates make
-// more (unpacked).
+// earlier records do not wait for it; the lock is taken once, to track them all. Each Message
+// takes its record's fields, not a reference to the page (see Message).
 func (r *reader) deliver(records []types.Record) bool {
 	if len(records) == 0 {
 		return true
 	}
 	w, env := r.w, r.w.env
-	pg := &shardPage{shard: w, gen: r.gen, records: records}
-	msgs := make([]Message, len(records))
-	n := 0
+	pg := &shardPage{shard: w, gen: r.gen}
+	out := newFetched(pg, len(records))
 	slots := r.slots[:0]
-	var envs []unpacked // the page's envelope records, by record; made at the first one
 	var bad []error
 	var badAt []int // slots of records that could not be decoded: handled at once
 	for i := range records {
 		rec := &records[i]
 		seq := aws.ToString(rec.SequenceNumber)
+		var arrival int64
+		if t := rec.ApproximateArrivalTimestamp; t != nil {
+			arrival = t.UnixNano()
+		}
 		// Only the first record read after opening inside an aggregate can be that aggregate.
 		skip := 0
 		if r.skipSeq != "" {
@@ -304,23 +305,13 @@ func (r *reader) deliver(records []types.Record) bool {
 			r.skipSeq, r.skipSub = "", 0
 		}
 		if !isAggregated(rec.Data) {
-			if n == len(msgs) {
-				msgs = growPage(msgs)
-			}
-			m := &msgs[n]
-			n++
-			m.pg, m.rec, m.off = pg, uint32(i), uint32(len(slots))
+			m := out.add()
+			m.off, m.seq, m.key, m.arrival, m.data = uint32(len(slots)), seq, aws.ToString(rec.PartitionKey), arrival, rec.Data
 			if hasEnvelope(rec.Data) {
-				if envs == nil {
-					envs = make([]unpacked, len(records))
+				m.headers, m.data = splitEnvelope(rec.Data)
+				if len(m.headers) == 0 {
+					m.headers = nil
 				}
-				x := &envs[i]
-				x.partitionKey = aws.ToString(rec.PartitionKey)
-				x.headers, x.data = splitEnvelope(rec.Data)
-				if len(x.headers) == 0 {
-					x.headers = nil
-				}
-				m.ext = x
 			}
 			slots = append(slots, slot{seq: seq, size: int32(len(rec.Data))})
 			continue
@@ -333,24 +324,17 @@ func (r *reader) deliver(records []types.Record) bool {
 			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
 			continue
 		}
-		users := make([]unpacked, len(subs))
 		for j := range subs {
 			if j < skip {
 				continue // handled before the checkpoint or seek that opened the shard here
 			}
 			sub := &subs[j]
-			if n == len(msgs) {
-				msgs = growPage(msgs)
+			m := out.add()
+			m.off, m.seq, m.key, m.arrival, m.sub = uint32(len(slots)), seq, sub.partitionKey, arrival, int32(j)
+			m.headers, m.data = splitEnvelope(sub.data)
+			if len(m.headers) == 0 {
+				m.headers = nil
 			}
-			m := &msgs[n]
-			n++
-			x := &users[j]
-			x.partitionKey, x.sub = sub.partitionKey, int32(j)
-			x.headers, x.data = splitEnvelope(sub.data)
-			if len(x.headers) == 0 {
-				x.headers = nil
-			}
-			m.pg, m.ext, m.rec, m.off = pg, x, uint32(i), uint32(len(slots))
 			// Until the last user record of the aggregate is handled, the checkpoint stays
 			// inside it: (seq, user records handled), which resumes at the next one.
 			next := j + 1
@@ -377,25 +361,18 @@ func (r *reader) deliver(records []types.Record) bool {
 	for _, err := range bad {
 		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpDecode, Err: err})
 	}
-	if n == 0 {
+	if out.n == 0 {
 		return true
 	}
-	pg.msgs = msgs[:n]
+	pg.lead = out.at(0).off
 	select {
-	case env.hand.in <- pg:
+	case env.hand.in <- out:
 		return true
 	case <-r.ctx.Done():
 	case <-w.seekNote:
 		w.renote()
 	}
 	return false
-}
-
-// growPage makes room for more Messages than the page had records: its aggregates held more
-// than one user record each.
-func growPage(msgs []Message) []Message {
-	msgs = append(msgs, Message{})
-	return msgs[:cap(msgs)]
 }
 
 // finish completes a shard that returned its last records: once every delivery is settled,
