@@ -16,7 +16,7 @@ import (
 // the gate first and then reads the count: of the two, one sees the other's write, so either
 // the pull finds the delivery stale or the drain counts it. No lock is taken per record.
 type handoff struct {
-	in    chan *fetched  // readers → consumer, a page at a time
+	in    chan *fetched // readers → consumer, a page at a time
 	token chan struct{} // holds one token; the consumer pulling has taken it
 
 	rest *fetched // the current page: one shard, one generation; owned by the token's holder

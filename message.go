@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
-
 )
 
 // Message is one Kinesis record delivered by a Subscriber. Its accessors return what the
