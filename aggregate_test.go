@@ -51,6 +51,26 @@ func TestDeaggregate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []subRecord{{"a", []byte("one")}, {"b", []byte("two")}, {"a", []byte("three")}}, subs)
 
+	// body frames a protobuf as an aggregate of one record (key "k", data "x") followed by
+	// fields.
+	body := func(fields ...byte) []byte {
+		b := append([]byte{0x0a, 0x01, 'k', 0x1a, 0x05, 0x08, 0x00, 0x1a, 0x01, 'x'}, fields...)
+		sum := md5.Sum(b)
+		return append(append(append([]byte{}, aggregatedMagic...), b...), sum[:]...)
+	}
+	// withTag is that aggregate with a tag of the given protobuf added to its record.
+	withTag := func(tag ...byte) []byte {
+		b := append([]byte{0x0a, 0x01, 'k', 0x1a, byte(7 + len(tag)), 0x08, 0x00, 0x1a, 0x01, 'x', 0x22, byte(len(tag))}, tag...)
+		sum := md5.Sum(b)
+		return append(append(append([]byte{}, aggregatedMagic...), b...), sum[:]...)
+	}
+	subs, err = deaggregate(body(0x28, 0x01))
+	require.NoError(t, err, "an unknown field")
+	require.Equal(t, []subRecord{{"k", []byte("x")}}, subs)
+	subs, err = deaggregate(withTag(0x0a, 0x01, 't', 0x12, 0x01, 'v'))
+	require.NoError(t, err, "a tag")
+	require.Equal(t, []subRecord{{"k", []byte("x")}}, subs)
+
 	badDigest := append([]byte{}, good...)
 	badDigest[len(badDigest)-1] ^= 1
 	truncated := good[:len(good)-20]
@@ -63,6 +83,11 @@ func TestDeaggregate(t *testing.T) {
 		{"magic only", aggregatedMagic},
 		{"no records", aggregate()},
 		{"junk body", append(append([]byte{}, aggregatedMagic...), "\x0a\x01x0123456789abcdef"...)},
+		{"field number 0", body(0x00, 0x01)},
+		{"field number past 2^29-1", body(0x80, 0x80, 0x80, 0x80, 0x10, 0x01)},
+		{"a group", body(0x2b, 0x2c)},
+		{"a tag without its key", withTag(0x12, 0x01, 'v')},
+		{"a tag that does not parse", withTag(0xff)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := deaggregate(tc.data)
