@@ -24,7 +24,7 @@ define with-emulators
 	$(1)
 endef
 
-.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet vet-modules
+.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet vet-modules fuzz
 
 # The examples and the benchmark command are modules of their own (examples/go.mod,
 # bench/go.mod), so that what they need (the OpenTelemetry SDK, a Prometheus exporter, the peer
@@ -85,3 +85,23 @@ vet: vet-modules
 vet-modules:
 	cd examples && $(GO) vet ./... && $(GO) build ./...
 	cd bench && $(GO) vet ./...
+
+# fuzz runs every fuzz target (each func Fuzz… in a _test.go file, found anew on every run) for
+# FUZZTIME, one after another, as go test fuzzes one target of one package at a time; test runs
+# their seed corpora as ordinary tests. A failing input is kept in testdata/fuzz/<target>/ beside
+# the test: commit it with the fix and it stays a test. Minimizing a new input is kept short
+# (FUZZFLAGS) so that a target spends its time fuzzing.
+FUZZTIME ?= 30s
+FUZZFLAGS ?= -fuzzminimizetime 5s
+fuzz:
+	@set -uo pipefail; failed=(); \
+	for hit in $$(git ls-files --cached --others --exclude-standard '*_test.go' | grep -v testdata/ | \
+			xargs grep -oE '^func Fuzz[A-Za-z0-9_]*\(' /dev/null | sed -E 's/:func (.*)\(/:\1/'); do \
+		file=$${hit%%:*}; target=$${hit##*:}; dir=$$(dirname "$$file"); mod=$$dir; \
+		while [ ! -f "$$mod/go.mod" ]; do mod=$$(dirname "$$mod"); done; \
+		pkg=$$(realpath --relative-to="$$mod" "$$dir"); [ "$$pkg" = . ] || pkg=./$$pkg; \
+		echo "== $$target ($$dir) for $(FUZZTIME)"; \
+		(cd "$$mod" && $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) "$$pkg") || \
+			failed+=("$$target"); \
+	done; \
+	if [ $${#failed[@]} -gt 0 ]; then echo "fuzz: failed: $${failed[*]}"; exit 1; fi
