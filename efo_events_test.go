@@ -341,7 +341,7 @@ func repairEvents(stream []byte, repair uint8) []byte {
 }
 
 // eventSeeds adds the streams of TestEventsFallBack and generated events to a fuzz target's
-// corpus, as they are and with every repair.
+// corpus, as they are and with all repairs.
 func eventSeeds(f *testing.F) {
 	streams := fallBackStreams(f)
 	for _, name := range slices.Sorted(maps.Keys(streams)) {
@@ -376,7 +376,7 @@ func typeHeader(m eventstream.Message, name string) (value []byte, ok bool) {
 // types, same payload; so every message the SDK refuses, kinesub leaves to it. And every
 // message the SDK's encoder could have written, whose type headers are strings, kinesub takes:
 // it leaves to the SDK only messages it never sends (a type header that is not a string, a
-// duplicate header, a stray byte after the headers), which the SDK then reads as usual.
+// duplicate header, a lone byte ending the headers), which the SDK then reads as usual.
 func FuzzEventFrames(f *testing.F) {
 	eventSeeds(f)
 	f.Fuzz(func(t *testing.T, stream []byte, repair uint8) {
