@@ -24,15 +24,16 @@ define with-emulators
 	$(1)
 endef
 
-.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet vet-modules
+.PHONY: test stress unit demo chaos bench emulators-up emulators-down fmt vet vet-modules \
+	fuzz apicheck api-baseline
 
 # The examples and the benchmark command are modules of their own (examples/go.mod,
 # bench/go.mod), so that what they need (the OpenTelemetry SDK, a Prometheus exporter, the peer
 # consumer) stays out of the library's go.mod; vet-modules checks that they still build against
 # the library in this tree. test runs every package against kinesalite, then the root package's
 # integration tests again against kinesistest, the in-process server (KINESUB_KINESIS_BACKEND,
-# internal/testenv).
-test: vet-modules
+# internal/testenv). apicheck holds the exported API to the last release's (api/).
+test: vet-modules apicheck
 	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./... && \
 	KINESUB_KINESIS_BACKEND=kinesistest $(GO) test -race -count=1 -timeout 12m .)
 
@@ -85,3 +86,33 @@ vet: vet-modules
 vet-modules:
 	cd examples && $(GO) vet ./... && $(GO) build ./...
 	cd bench && $(GO) vet ./...
+
+# fuzz runs every fuzz target (each func Fuzz… in a _test.go file, found anew on every run) for
+# FUZZTIME, one after another, as go test fuzzes one target of one package at a time; test runs
+# their seed corpora as ordinary tests. A failing input is kept in testdata/fuzz/<target>/ beside
+# the test: commit it with the fix and it stays a test. Minimizing a new input is kept short
+# (FUZZFLAGS) so that a target spends its time fuzzing.
+FUZZTIME ?= 30s
+FUZZFLAGS ?= -fuzzminimizetime 5s
+fuzz:
+	@set -uo pipefail; failed=(); \
+	for hit in $$(git ls-files --cached --others --exclude-standard '*_test.go' | grep -v testdata/ | \
+			xargs grep -oE '^func Fuzz[A-Za-z0-9_]*\(' /dev/null | sed -E 's/:func (.*)\(/:\1/'); do \
+		file=$${hit%%:*}; target=$${hit##*:}; dir=$$(dirname "$$file"); mod=$$dir; \
+		while [ ! -f "$$mod/go.mod" ]; do mod=$$(dirname "$$mod"); done; \
+		pkg=$$(realpath --relative-to="$$mod" "$$dir"); [ "$$pkg" = . ] || pkg=./$$pkg; \
+		echo "== $$target ($$dir) for $(FUZZTIME)"; \
+		(cd "$$mod" && $(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) "$$pkg") || \
+			failed+=("$$target"); \
+	done; \
+	if [ $${#failed[@]} -gt 0 ]; then echo "fuzz: failed: $${failed[*]}"; exit 1; fi
+
+# apicheck compares the exported API of the library packages with that of the release whose
+# commit api/RELEASE names, kept in api/ as export data; it fails on an incompatible change
+# that CHANGELOG.md does not announce (scripts/apicheck.sh says how). api-baseline writes api/
+# from that commit, which it needs in the clone: run it when recording a release.
+apicheck:
+	GO=$(GO) scripts/apicheck.sh
+
+api-baseline:
+	GO=$(GO) scripts/apicheck.sh baseline

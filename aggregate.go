@@ -28,9 +28,16 @@ func isAggregated(data []byte) bool { return bytes.HasPrefix(data, aggregatedMag
 //	  required bytes  data                    = 3;
 //	  repeated Tag    tags                    = 4;
 //	}
+//	message Tag {
+//	  required string key   = 1;
+//	  optional string value = 2;
+//	}
 //
 // kinesub delivers each user record as its own Message. The subset of protobuf needed is
-// decoded here rather than through a protobuf dependency.
+// decoded here rather than through a protobuf dependency. What a protobuf decoder refuses is
+// refused here too (an invalid field number, a record or tag without its required fields),
+// so kinesub and other deaggregators agree on which aggregates are malformed; groups, which the
+// schema has none of and no KPL writes, are refused as well rather than skipped.
 
 // subRecord is one user record of an aggregated record.
 type subRecord struct {
@@ -70,6 +77,8 @@ func deaggregate(data []byte) ([]subRecord, error) {
 					r.key, haveKey = v, true
 				case field == 3 && wire == wireBytes:
 					r.data, haveData = b, true
+				case field == 4 && wire == wireBytes:
+					return checkTag(b)
 				}
 				return nil
 			})
@@ -99,6 +108,23 @@ func deaggregate(data []byte) ([]subRecord, error) {
 	return out, nil
 }
 
+// checkTag checks that a record's tag parses. kinesub does not deliver tags, but an aggregate
+// whose tag protobuf decoders refuse is malformed.
+func checkTag(tag []byte) error {
+	var haveKey bool
+	err := walkFields(tag, func(field, wire int, _ uint64, _ []byte) error {
+		haveKey = haveKey || field == 1 && wire == wireBytes
+		return nil
+	})
+	if err == nil && !haveKey {
+		err = fmt.Errorf("%w: a tag lacks its key", errMalformedAggregate)
+	}
+	return err
+}
+
+// maxFieldNumber is the largest field number protobuf allows.
+const maxFieldNumber = 1<<29 - 1
+
 // Protobuf wire types used by the KPL format.
 const (
 	wireVarint = 0
@@ -116,6 +142,9 @@ func walkFields(msg []byte, fn func(field, wire int, v uint64, b []byte) error) 
 			return fmt.Errorf("%w: bad field tag", errMalformedAggregate)
 		}
 		msg = msg[n:]
+		if tag>>3 == 0 || tag>>3 > maxFieldNumber {
+			return fmt.Errorf("%w: field number %d", errMalformedAggregate, tag>>3)
+		}
 		field, wire := int(tag>>3), int(tag&7)
 		var v uint64
 		var b []byte

@@ -145,17 +145,8 @@ func (p *eventsProtocol) read() (raw []byte, whole bool, err error) {
 // decodeEventMessage decodes a whole message that is a SubscribeToShardEvent, or returns nil
 // for any other message or anything it does not read as the SDK would.
 func decodeEventMessage(raw []byte) *types.SubscribeToShardEvent {
-	end := len(raw) - 4
-	if crc32.ChecksumIEEE(raw[:end]) != binary.BigEndian.Uint32(raw[end:]) {
-		return nil
-	}
-	headersEnd := eventPrelude + int(binary.BigEndian.Uint32(raw[4:8]))
-	msgType, eventType, ok := eventHeaders(raw[eventPrelude:headersEnd])
-	if !ok || string(msgType) != "event" || string(eventType) != "SubscribeToShardEvent" {
-		return nil
-	}
-	payload := raw[headersEnd:end]
-	if len(payload) == 0 {
+	msgType, eventType, payload, ok := eventFrame(raw)
+	if !ok || string(msgType) != "event" || string(eventType) != "SubscribeToShardEvent" || len(payload) == 0 {
 		return nil
 	}
 	ev := new(types.SubscribeToShardEvent)
@@ -163,6 +154,19 @@ func decodeEventMessage(raw []byte) *types.SubscribeToShardEvent {
 		return nil
 	}
 	return ev
+}
+
+// eventFrame checks the checksum of a message read whole (read checked its prelude) and
+// returns its message and event types, as eventHeaders does, and its payload: slices of raw.
+// ok is false for a message whose checksum fails or whose headers it does not read.
+func eventFrame(raw []byte) (msgType, eventType, payload []byte, ok bool) {
+	end := len(raw) - 4
+	if crc32.ChecksumIEEE(raw[:end]) != binary.BigEndian.Uint32(raw[end:]) {
+		return nil, nil, nil, false
+	}
+	headersEnd := eventPrelude + int(binary.BigEndian.Uint32(raw[4:8]))
+	msgType, eventType, ok = eventHeaders(raw[eventPrelude:headersEnd])
+	return msgType, eventType, raw[headersEnd:end], ok
 }
 
 // eventHeaders returns the message and event types of a message's headers (the last of each,

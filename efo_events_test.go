@@ -1,12 +1,17 @@
 package kinesub
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,10 +164,10 @@ func TestEventsDecodeAsSDK(t *testing.T) {
 	}
 }
 
-// TestEventsFallBack: messages kinesub leaves to the SDK (exceptions, errors, unknown events,
-// bad checksums, headers and JSON it does not read, a stream cut short) get the SDK's events
-// and errors, in order with the events read before and after them.
-func TestEventsFallBack(t *testing.T) {
+// fallBackStreams are streams of an event, or two, and a message kinesub leaves to the SDK
+// (exceptions, errors, unknown events, bad checksums, headers and JSON it does not read, a
+// stream cut short).
+func fallBackStreams(t testing.TB) map[string][][]byte {
 	ev1 := shardEvent(t, `{"Records":[{"SequenceNumber":"1","PartitionKey":"a","Data":"eA==","ApproximateArrivalTimestamp":1.7e9}],"ContinuationSequenceNumber":"1","MillisBehindLatest":0}`)
 	ev2 := shardEvent(t, `{"Records":[],"ContinuationSequenceNumber":"2","MillisBehindLatest":5}`)
 	corrupt := func(b []byte, i int) []byte {
@@ -170,7 +175,7 @@ func TestEventsFallBack(t *testing.T) {
 		c[i] ^= 0x40
 		return c
 	}
-	cases := map[string][][]byte{
+	return map[string][][]byte{
 		"in use": {ev1, eventMessage(t, `{"message":"another subscription"}`,
 			":message-type", "exception", ":exception-type", "ResourceInUseException", ":content-type", "application/json")},
 		"internal failure": {ev1, ev2, eventMessage(t, `{"message":"boom"}`,
@@ -197,7 +202,12 @@ func TestEventsFallBack(t *testing.T) {
 		"header order": {ev1, append(eventMessage(t, `{"Records":[]}`, ":message-type", "event", ":event-type", "SubscribeToShardEvent"),
 			eventMessage(t, `{"Records":[]}`, ":event-type", "SubscribeToShardEvent", ":message-type", "event")...), ev2},
 	}
-	for name, msgs := range cases {
+}
+
+// TestEventsFallBack: messages kinesub leaves to the SDK get the SDK's events and errors, in
+// order with the events read before and after them.
+func TestEventsFallBack(t *testing.T) {
+	for name, msgs := range fallBackStreams(t) {
 		t.Run(name, func(t *testing.T) {
 			sdk, ours := readBoth(t, msgs...)
 			requireSame(t, sdk, ours)
@@ -296,6 +306,134 @@ func FuzzEventsDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, payload string) {
 		sdk, ours := readBoth(t, shardEvent(t, payload))
+		requireSame(t, sdk, ours)
+	})
+}
+
+// repairEvents returns a copy of stream, a fuzzer's input, whose messages pass the checks that
+// repair names, so that the fuzzer reaches headers and payloads past checksums it cannot
+// compute: repair&4 makes a message's total length that is too short or runs past the end the
+// rest of the stream, repair&8 brings a headers length longer than its message allows within
+// it, repair&1 rewrites each prelude's checksum and repair&2 each message's.
+func repairEvents(stream []byte, repair uint8) []byte {
+	out := bytes.Clone(stream)
+	for b := out; len(b) >= eventPrelude; {
+		total := binary.BigEndian.Uint32(b[0:4])
+		if repair&4 != 0 && len(b) >= eventOverhead && (total < eventOverhead || uint64(total) > uint64(len(b))) {
+			total = uint32(len(b))
+			binary.BigEndian.PutUint32(b[0:4], total)
+		}
+		if h := binary.BigEndian.Uint32(b[4:8]); repair&8 != 0 && total >= eventOverhead && h > total-eventOverhead {
+			binary.BigEndian.PutUint32(b[4:8], h%(total-eventOverhead+1))
+		}
+		if repair&1 != 0 {
+			binary.BigEndian.PutUint32(b[8:12], crc32.ChecksumIEEE(b[:8]))
+		}
+		if total < eventOverhead || uint64(total) > uint64(len(b)) {
+			break
+		}
+		if repair&2 != 0 {
+			binary.BigEndian.PutUint32(b[total-4:total], crc32.ChecksumIEEE(b[:total-4]))
+		}
+		b = b[total:]
+	}
+	return out
+}
+
+// eventSeeds adds the streams of TestEventsFallBack and generated events to a fuzz target's
+// corpus, as they are and with all repairs.
+func eventSeeds(f *testing.F) {
+	streams := fallBackStreams(f)
+	for _, name := range slices.Sorted(maps.Keys(streams)) {
+		stream := bytes.Join(streams[name], nil)
+		f.Add(stream, uint8(0))
+		f.Add(stream, uint8(15))
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for range 5 {
+		f.Add(shardEvent(f, genEvent(rng)), uint8(15))
+	}
+	f.Add(eventMessage(f, "", "", eventstream.StringValue("")), uint8(0))
+	f.Add([]byte{}, uint8(0))
+}
+
+// typeHeader returns a type header of an SDK-decoded message as eventHeaders returns it: its
+// string value, nil when there is none. ok is false when its value is not a string.
+func typeHeader(m eventstream.Message, name string) (value []byte, ok bool) {
+	switch v := m.Headers.Get(name).(type) {
+	case nil:
+		return nil, true
+	case eventstream.StringValue:
+		return append([]byte{}, v...), true
+	default:
+		return nil, false
+	}
+}
+
+// FuzzEventFrames holds kinesub's reading of event-stream messages (preludes, checksums,
+// headers, payloads) to the SDK's eventstream decoder, message by message along a stream.
+// Every message kinesub takes, the SDK decodes alike: same length, same message and event
+// types, same payload; so every message the SDK refuses, kinesub leaves to it. And every
+// message the SDK's encoder could have written, whose type headers are strings, kinesub takes:
+// it leaves to the SDK only messages it never sends (a type header that is not a string, a
+// duplicate header, a lone byte ending the headers), which the SDK then reads as usual.
+func FuzzEventFrames(f *testing.F) {
+	eventSeeds(f)
+	f.Fuzz(func(t *testing.T, stream []byte, repair uint8) {
+		stream = repairEvents(stream, repair)
+		p := &eventsProtocol{br: bufio.NewReaderSize(bytes.NewReader(stream), eventBuffer)}
+		in := bytes.NewReader(stream)
+		dec := eventstream.NewDecoder()
+		for n := 0; ; n++ {
+			raw, whole, err := p.read()
+			var msgType, eventType, payload []byte
+			taken := err == nil && whole
+			if taken {
+				msgType, eventType, payload, taken = eventFrame(raw)
+			}
+			left := in.Len()
+			m, sdkErr := dec.Decode(in, nil)
+			if sdkErr != nil {
+				if taken {
+					t.Fatalf("message %d: kinesub takes a message the SDK refuses: %v", n, sdkErr)
+				}
+				return
+			}
+			if !whole || err != nil {
+				t.Fatalf("message %d: kinesub refuses the prelude of a message the SDK reads (%v)", n, err)
+			}
+			if !taken {
+				var canonical bytes.Buffer
+				headersEnd := eventPrelude + int(binary.BigEndian.Uint32(raw[4:8]))
+				_, mtOK := typeHeader(m, ":message-type")
+				_, etOK := typeHeader(m, ":event-type")
+				if eventstream.EncodeHeaders(&canonical, m.Headers) == nil && bytes.Equal(canonical.Bytes(), raw[eventPrelude:headersEnd]) && mtOK && etOK {
+					t.Fatalf("message %d: kinesub leaves to the SDK a message the SDK's encoder writes: %x", n, raw)
+				}
+				return
+			}
+			require.Equal(t, len(raw), left-in.Len(), "message %d: length", n)
+			for _, h := range []struct {
+				name string
+				ours []byte
+			}{{":message-type", msgType}, {":event-type", eventType}} {
+				sdk, _ := typeHeader(m, h.name)
+				if (sdk == nil) != (h.ours == nil) || !bytes.Equal(sdk, h.ours) {
+					t.Fatalf("message %d: %s: the SDK reads %q, kinesub %q", n, h.name, sdk, h.ours)
+				}
+			}
+			require.Equal(t, string(m.Payload), string(payload), "message %d: payload", n)
+		}
+	})
+}
+
+// FuzzEventStream reads the fuzzer's streams, repaired as FuzzEventFrames repairs them, as a
+// subscription reads them, through the SDK alone and through kinesub: the same events in the
+// same order, and the same end.
+func FuzzEventStream(f *testing.F) {
+	eventSeeds(f)
+	f.Fuzz(func(t *testing.T, stream []byte, repair uint8) {
+		sdk, ours := readBoth(t, repairEvents(stream, repair))
 		requireSame(t, sdk, ours)
 	})
 }
