@@ -5,9 +5,9 @@
 // conditional on still owning the lease, so an owner whose lease was taken over (fenced) can
 // neither renew nor checkpoint: its writes report false and it stops reading that shard.
 //
-// Two stores implement Store: Memory, for a single process (the default of kinesub.Subscribe),
-// and DynamoDB, for several processes sharing one table. Both pass the same conformance suite
-// (package leasetest).
+// Two stores implement Store: Memory, for a single process (tests, a tool run once), and
+// DynamoDB, for several processes sharing one table; kinesub.Subscribe needs one of them. Both
+// pass the same conformance suite (package leasetest).
 package lease
 
 import (

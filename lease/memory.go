@@ -9,8 +9,9 @@ import (
 	"time"
 )
 
-// Memory is a Store held in this process's memory: the default for a single subscriber.
-// Nothing survives a restart. It is safe for concurrent use.
+// Memory is a Store held in this process's memory, for a single process: subscribers in other
+// processes cannot see it, so each would read every shard. Nothing survives a restart. It is
+// safe for concurrent use.
 type Memory struct {
 	mu     sync.Mutex
 	leases map[string]*Lease
