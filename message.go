@@ -141,16 +141,20 @@ func (m *Message) Position() Position {
 // either way, and a later flush writes it). Ack after the shard was sought or its lease lost
 // is a no-op. A second Ack or Nack returns ErrAlreadySettled; Ack or Nack once Close has
 // returned returns ErrClosed (what was not settled by then is delivered again, by this
-// subscriber or the shard's next owner).
+// subscriber or the shard's next owner). A nil ctx is context.Background(): Ack never refuses.
 func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false, false) }
 
 // Nack gives the message back. With requeue false the message is skipped: treated as handled.
 // With requeue true it stays unhandled: the shard's checkpoint cannot pass it, so it and every
 // later record of its shard are delivered again when the shard's lease is next taken (after a
-// restart or a handoff). Reading goes on meanwhile, up to the in-flight cap.
+// restart or a handoff). Reading goes on meanwhile, up to the in-flight cap. A nil ctx is
+// context.Background(), as for Ack.
 func (m *Message) Nack(ctx context.Context, requeue bool) error { return m.settle(ctx, true, requeue) }
 
 func (m *Message) settle(ctx context.Context, nack, requeue bool) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	w := m.shard()
 	if w != nil && w.closed() {
 		return ErrClosed

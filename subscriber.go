@@ -90,7 +90,8 @@ type Subscriber struct {
 // ("arn:aws:kinesis:<region>:<account>:stream/<name>"), and returns once the stream is known to exist (or was
 // created, with WithCreateIfMissing) and the lease store answered. Options are validated
 // before any I/O. The subscription runs until Close, a fatal error (the stream was deleted),
-// or until ctx is cancelled, which behaves like Close with a short drain.
+// or until ctx is cancelled, which behaves like Close with a short drain. A nil ctx is an error
+// wrapping ErrInvalidOption.
 func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts ...Option) (*Subscriber, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
@@ -99,6 +100,9 @@ func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts 
 }
 
 func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, opts ...Option) (*Subscriber, error) {
+	if ctx == nil {
+		return nil, nilContext("Subscribe")
+	}
 	cfg := defaultConfig()
 	for i, o := range opts {
 		if o == nil {
@@ -262,8 +266,12 @@ func (s *Subscriber) StreamName() string { return s.stream }
 
 // Commit writes every owned shard's acknowledged watermark to the lease store now, and returns
 // once the writes are durable. Ack never waits on the store; Commit is for callers that need a
-// checkpoint at a chosen moment. A shard whose lease was lost is skipped.
+// checkpoint at a chosen moment. A shard whose lease was lost is skipped. A nil ctx is an
+// error wrapping ErrInvalidOption.
 func (s *Subscriber) Commit(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("Commit")
+	}
 	if !s.lockOpen() {
 		return ErrClosed
 	}
@@ -293,8 +301,11 @@ func (s *Subscriber) Seeker() *Seeker { return s.seeker }
 // release was not written (its deliveries since the last checkpoint are delivered again by the
 // next owner, which takes the shard once its lease expires if it was not released). Every call
 // returns the same result, including after the subscription stopped on its own (its ctx was
-// cancelled, or a fatal error).
+// cancelled, or a fatal error). A nil ctx is context.Background(): Close never refuses.
 func (s *Subscriber) Close(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	first := false
 	s.closeOnce.Do(func() { first = true })
 	if !first {

@@ -116,7 +116,7 @@ func (d *DynamoDB) checkTable() error {
 
 // EnsureTable creates the lease table, billed per request, unless it exists, and waits until
 // it is ACTIVE or ctx ends. It may be called any number of times, also concurrently from
-// several processes. It returns an error if the table exists with a key schema other than a
+// several processes. A nil ctx is an error wrapping ErrInvalidArgument. It returns an error if the table exists with a key schema other than a
 // string partition key lease_key.
 //
 // A new table is created with the index lease_stream-index. On a table without it (created by
@@ -130,6 +130,9 @@ func (d *DynamoDB) checkTable() error {
 // DeleteItem, Scan, and, to list one stream's rows through the index, DescribeTable, Query and
 // BatchGetItem (without them, or without the index, it scans).
 func (d *DynamoDB) EnsureTable(ctx context.Context) error {
+	if err := checkContext(ctx, "DynamoDB.EnsureTable"); err != nil {
+		return err
+	}
 	if err := d.checkTable(); err != nil {
 		return err
 	}
@@ -195,7 +198,7 @@ func (d *DynamoDB) checkSchema(t *types.TableDescription) error {
 // Acquire implements Store. It succeeds when the lease item is absent, has no owner, is
 // already owner's, or has expired by the local clock.
 func (d *DynamoDB) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := d.check(key, owner, ttl, true, true); err != nil {
+	if err := d.check(ctx, "DynamoDB.Acquire", key, owner, ttl, true, true); err != nil {
 		return false, err
 	}
 	now := d.now()
@@ -211,7 +214,7 @@ func (d *DynamoDB) Acquire(ctx context.Context, key, owner string, ttl time.Dura
 
 // Steal implements Store. The lease item must exist and its counter equal counter.
 func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
-	if err := d.check(key, owner, ttl, true, true); err != nil {
+	if err := d.check(ctx, "DynamoDB.Steal", key, owner, ttl, true, true); err != nil {
 		return false, err
 	}
 	return d.update(ctx, "steal", key,
@@ -226,7 +229,7 @@ func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, 
 
 // Renew implements Store.
 func (d *DynamoDB) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := d.check(key, owner, ttl, true, true); err != nil {
+	if err := d.check(ctx, "DynamoDB.Renew", key, owner, ttl, true, true); err != nil {
 		return false, err
 	}
 	return d.update(ctx, "renew", key,
@@ -240,7 +243,7 @@ func (d *DynamoDB) Renew(ctx context.Context, key, owner string, ttl time.Durati
 
 // Checkpoint implements Store. An empty sequence is an error wrapping ErrInvalidArgument.
 func (d *DynamoDB) Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error) {
-	if err := d.check(key, owner, 0, true, false); err != nil {
+	if err := d.check(ctx, "DynamoDB.Checkpoint", key, owner, 0, true, false); err != nil {
 		return false, err
 	}
 	if err := checkCheckpoint(key, sequence, subSequence); err != nil {
@@ -258,7 +261,7 @@ func (d *DynamoDB) Checkpoint(ctx context.Context, key, owner, sequence string, 
 
 // Release implements Store. It removes the owner and the expiry and keeps the checkpoint.
 func (d *DynamoDB) Release(ctx context.Context, key, owner string) error {
-	if err := d.check(key, owner, 0, true, false); err != nil {
+	if err := d.check(ctx, "DynamoDB.Release", key, owner, 0, true, false); err != nil {
 		return err
 	}
 	_, err := d.update(ctx, "release", key,
@@ -271,7 +274,7 @@ func (d *DynamoDB) Release(ctx context.Context, key, owner string) error {
 // Delete implements Store, with one DeleteItem conditional on the counter (which an absent
 // item fails).
 func (d *DynamoDB) Delete(ctx context.Context, key string, counter int64) (bool, error) {
-	if err := d.check(key, "", 0, false, false); err != nil {
+	if err := d.check(ctx, "DynamoDB.Delete", key, "", 0, false, false); err != nil {
 		return false, err
 	}
 	report := capacityReport(ctx)
@@ -301,7 +304,11 @@ func (d *DynamoDB) ReadWeak(ctx context.Context, key string) (Lease, error) {
 }
 
 func (d *DynamoDB) read(ctx context.Context, key string, consistent bool) (Lease, error) {
-	if err := d.check(key, "", 0, false, false); err != nil {
+	method := "DynamoDB.Read"
+	if !consistent {
+		method = "DynamoDB.ReadWeak"
+	}
+	if err := d.check(ctx, method, key, "", 0, false, false); err != nil {
 		return Lease{}, err
 	}
 	report := capacityReport(ctx)
@@ -325,7 +332,10 @@ func (d *DynamoDB) read(ctx context.Context, key string, consistent bool) (Lease
 	return l, nil
 }
 
-func (d *DynamoDB) check(key, owner string, ttl time.Duration, needOwner, needTTL bool) error {
+func (d *DynamoDB) check(ctx context.Context, method, key, owner string, ttl time.Duration, needOwner, needTTL bool) error {
+	if err := checkContext(ctx, method); err != nil {
+		return err
+	}
 	if err := d.checkTable(); err != nil {
 		return err
 	}

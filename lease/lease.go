@@ -60,7 +60,9 @@ func (l Lease) Held(now time.Time) bool {
 	return l.Owner != "" && now.Before(l.Expiry)
 }
 
-// Store keeps leases. Implementations are safe for concurrent use.
+// Store keeps leases. Implementations are safe for concurrent use. Every method takes a
+// non-nil ctx: both stores here answer a nil one with an error wrapping ErrInvalidArgument,
+// before any I/O.
 //
 // The boolean results report ownership, not failure: false means another owner holds the
 // lease (Acquire, Steal) or the caller no longer owns it (Renew, Checkpoint). An error means
@@ -116,8 +118,8 @@ type WeakReader interface {
 	ReadWeak(ctx context.Context, key string) (Lease, error)
 }
 
-// ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, or a
-// non-positive TTL. Such calls do no I/O.
+// ErrInvalidArgument is returned, wrapped, for a nil context, an empty key, owner or table name,
+// or a non-positive TTL. Such calls do no I/O.
 var ErrInvalidArgument = errors.New("lease: invalid argument")
 
 // ErrTableNotFound is returned, wrapped, when the DynamoDB lease table does not exist.

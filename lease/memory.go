@@ -66,6 +66,9 @@ func (m *Memory) get(key string) *Lease {
 
 // Acquire implements Store.
 func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := checkContext(ctx, "Memory.Acquire"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
 		return false, err
 	}
@@ -83,6 +86,9 @@ func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 
 // Steal implements Store.
 func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	if err := checkContext(ctx, "Memory.Steal"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
 		return false, err
 	}
@@ -99,6 +105,9 @@ func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, tt
 
 // Renew implements Store.
 func (m *Memory) Renew(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := checkContext(ctx, "Memory.Renew"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, owner, ttl, true, true)); err != nil {
 		return false, err
 	}
@@ -115,6 +124,9 @@ func (m *Memory) Renew(ctx context.Context, key, owner string, ttl time.Duration
 
 // Checkpoint implements Store.
 func (m *Memory) Checkpoint(ctx context.Context, key, owner, sequence string, subSequence int64) (bool, error) {
+	if err := checkContext(ctx, "Memory.Checkpoint"); err != nil {
+		return false, err
+	}
 	if err := checkArgs(key, owner, 0, true, false); err != nil {
 		return false, err
 	}
@@ -137,6 +149,9 @@ func (m *Memory) Checkpoint(ctx context.Context, key, owner, sequence string, su
 
 // Read implements Store.
 func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
+	if err := checkContext(ctx, "Memory.Read"); err != nil {
+		return Lease{}, err
+	}
 	if err := ready(ctx, checkArgs(key, "", 0, false, false)); err != nil {
 		return Lease{}, err
 	}
@@ -150,6 +165,9 @@ func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
 
 // Release implements Store.
 func (m *Memory) Release(ctx context.Context, key, owner string) error {
+	if err := checkContext(ctx, "Memory.Release"); err != nil {
+		return err
+	}
 	if err := ready(ctx, checkArgs(key, owner, 0, true, false)); err != nil {
 		return err
 	}
@@ -166,6 +184,9 @@ func (m *Memory) Release(ctx context.Context, key, owner string) error {
 
 // Delete implements Store.
 func (m *Memory) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	if err := checkContext(ctx, "Memory.Delete"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, "", 0, false, false)); err != nil {
 		return false, err
 	}
@@ -181,6 +202,9 @@ func (m *Memory) Delete(ctx context.Context, key string, counter int64) (bool, e
 
 // List implements Store. Leases come sorted by key.
 func (m *Memory) List(ctx context.Context) ([]Lease, error) {
+	if err := checkContext(ctx, "Memory.List"); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -196,6 +220,9 @@ func (m *Memory) List(ctx context.Context) ([]Lease, error) {
 
 // ListPrefix implements PrefixLister. Leases come sorted by key.
 func (m *Memory) ListPrefix(ctx context.Context, prefix string) ([]Lease, error) {
+	if err := checkContext(ctx, "Memory.ListPrefix"); err != nil {
+		return nil, err
+	}
 	if err := ready(ctx, checkPrefix(prefix)); err != nil {
 		return nil, err
 	}
