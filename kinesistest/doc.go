@@ -23,6 +23,10 @@
 // its typed errors (*types.ResourceNotFoundException, *types.ExpiredIteratorException,
 // *types.ProvisionedThroughputExceededException, ...).
 //
+// A request whose body is over 16 MiB (more than any valid request) is answered with status
+// 413, as the service answers one over its limit, typed SerializationException and naming the
+// limit.
+//
 // Sequence numbers are 56-digit decimals that grow with arrival across the stream; shard ids,
 // hash-key ranges and partition-key hashing (MD5) are the service's. SubscribeToShard sends an
 // event at once, then whenever records arrive and every WithIdleEventInterval on an idle shard;
