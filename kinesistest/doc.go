@@ -5,6 +5,8 @@
 //	srv := kinesistest.NewServer()
 //	defer srv.Close()
 //	client := srv.Client() // *kinesis.Client: the server's endpoint, static credentials, its certificate trusted
+//	err := srv.CreateStream(ctx, "orders", 1) // ACTIVE when it returns
+//	seqs, err := srv.Put(ctx, "orders", "shop-1", []byte("apples"), []byte("pears"))
 //
 // The server listens on 127.0.0.1 over TLS with HTTP/2 (SubscribeToShard needs HTTP/2) and
 // speaks the service's own wire protocol: JSON 1.1 for every call, and the
@@ -33,6 +35,12 @@
 // a second call for the same consumer and shard within 5 s fails with ResourceInUseException,
 // a later one takes over and ends the first; a subscription ends after
 // WithSubscriptionLifetime, and at a closed shard's end after an event with its ChildShards.
+//
+// # Setting a test up
+//
+// CreateStream and Put create a stream (and wait until it is ACTIVE) and put records without a
+// client: they change the server's state as the CreateStream and PutRecord calls would, fail
+// with the SDK's typed errors of those calls, and are never touched by WithFaults.
 //
 // # Knobs for tests
 //
