@@ -40,6 +40,7 @@ type config struct {
 	source             func(shard string) shardSource // nil: the GetRecords poller; set by tests
 	meterProvider      metric.MeterProvider
 	fanOut             *fanOutConfig // nil: poll with GetRecords (efo_options.go)
+	clientRegion       string        // the Kinesis client's region; "" when unknown (a fake)
 
 	errs []error // collected while applying options, reported by validate
 }
@@ -286,6 +287,10 @@ func WithStartAt(p Position) Option {
 func WithInitialPosition(p Position) Option {
 	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
 }
+
+// withClientRegion records the Kinesis client's region, which errors about a stream given by
+// ARN compare with the ARN's. Subscribe adds it.
+func withClientRegion(region string) Option { return func(c *config) { c.clientRegion = region } }
 
 // streamWideOption applies set when p is stream-wide, and rejects p otherwise.
 func streamWideOption(name string, p Position, set func(*config)) Option {

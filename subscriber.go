@@ -96,7 +96,7 @@ func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts 
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
 	}
-	return subscribe(ctx, client, stream, append(opts[:len(opts):len(opts)], withClientPerSubscription(client))...)
+	return subscribe(ctx, client, stream, append(opts[:len(opts):len(opts)], withClientPerSubscription(client), withClientRegion(client.Options().Region))...)
 }
 
 func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, opts ...Option) (*Subscriber, error) {
@@ -201,7 +201,7 @@ func (s *Subscriber) ensureStream(ctx context.Context) error {
 		cancel()
 		var nf *types.ResourceNotFoundException
 		switch {
-		case errors.As(err, &nf) && s.cfg.createShards > 0 && !created:
+		case errors.As(err, &nf) && s.cfg.createShards > 0 && !created && s.ref.creatable(s.cfg.clientRegion):
 			cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 			_, err := s.client.CreateStream(cctx, &kinesis.CreateStreamInput{
 				StreamName: aws.String(s.stream), ShardCount: aws.Int32(s.cfg.createShards),
@@ -216,7 +216,7 @@ func (s *Subscriber) ensureStream(ctx context.Context) error {
 			s.log.Info("stream created", "shards", s.cfg.createShards)
 			continue
 		case errors.As(err, &nf):
-			return fmt.Errorf("%w: %s (create it, or pass WithCreateIfMissing): %w", ErrStreamNotFound, s.stream, err)
+			return s.ref.notFound(s.cfg.clientRegion, created, err)
 		case err != nil:
 			return fmt.Errorf("kinesub: describe stream %s: %w", s.stream, err)
 		}
