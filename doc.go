@@ -112,7 +112,9 @@
 // until it is ACTIVE (ErrFanOutConsumer otherwise); instances share it, and kinesub never
 // deregisters it. Each subscription is renewed at the end of its five-minute lifetime from
 // its last continuation, abandoned and renewed after 35 s without an event while its reader
-// waits, and retried once a second while the service answers ResourceInUseException. Leases,
+// waits, and retried once a second while the service answers ResourceInUseException (reported
+// on Errors, unless the subscription the service still holds is the reader's own, ended by a
+// seek or a renewal less than its five-second takeover window after it began). Leases,
 // checkpoints, resharding, Seek and Close work as with polling. Each shard's subscriptions use
 // a client of their own built from the given client's options, as the SDK's event-stream
 // decoder is shared by a client's streams (aws/smithy-go#714).

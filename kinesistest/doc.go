@@ -33,7 +33,8 @@
 // hash-key ranges and partition-key hashing (MD5) are the service's. SubscribeToShard sends an
 // event at once, then whenever records arrive and every WithIdleEventInterval on an idle shard;
 // a second call for the same consumer and shard within 5 s fails with ResourceInUseException,
-// a later one takes over and ends the first; a subscription ends after
+// a later one takes over and ends the first, and one after the client reset or closed the
+// first's stream is served at once; a subscription ends after
 // WithSubscriptionLifetime, and at a closed shard's end after an event with its ChildShards.
 //
 // # Setting a test up
