@@ -163,7 +163,8 @@
 // handed_back), checkpoint writes, and every Kinesis and lease store call by operation and
 // outcome (ok, throttled, error). They go to the global MeterProvider unless WithMeterProvider
 // (WithPublishMeterProvider for a Publisher) names another; the global one discards them until
-// the application installs an SDK. The README lists every metric and what to alert on.
+// the application installs an SDK. The repository's docs/metrics.md lists every metric and what
+// to alert on.
 //
 // # Contexts
 //

@@ -214,7 +214,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithMeterProvider sets where the subscriber's OpenTelemetry metrics go (listed in the
-// README, "Metrics"). The default is the global provider, otel.GetMeterProvider(), which
+// repository's docs/metrics.md). The default is the global provider, otel.GetMeterProvider(), which
 // discards everything until the application installs one with otel.SetMeterProvider (before
 // or after Subscribe). nil is rejected.
 func WithMeterProvider(mp metric.MeterProvider) Option {
