@@ -87,9 +87,9 @@ type Subscriber struct {
 }
 
 // Subscribe starts consuming stream, given by name or by ARN
-// ("arn:aws:kinesis:<region>:<account>:stream/<name>"), and returns once the stream is known to exist (or was
-// created, with WithCreateIfMissing) and the lease store answered. Options are validated
-// before any I/O. The subscription runs until Close, a fatal error (the stream was deleted),
+// ("arn:aws:kinesis:<region>:<account>:stream/<name>"), and returns once the stream is known to
+// exist (or was created, with WithCreateIfMissing) and the lease store answered. Options are
+// validated before any I/O; WithLeaseStore is required. The subscription runs until Close, a fatal error (the stream was deleted),
 // or until ctx is cancelled, which behaves like Close with a short drain. A nil ctx is an error
 // wrapping ErrInvalidOption.
 func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts ...Option) (*Subscriber, error) {

@@ -59,9 +59,11 @@
 // Records are kept for the server's life: there is no retention trimming, so TRIM_HORIZON is
 // the stream's first record. UpdateShardCount scales in one step and refuses a target at which
 // a new shard would have more than two parents. Under WithLimits, SubscribeToShard's 2 MB/s per
-// consumer and shard is not paced. Tagging, encryption, resource policies and account settings
-// are not served. A test package's other servers (kinesalite) are held to the
-// same behaviour by one conformance suite.
+// consumer and shard is not paced. A subscription whose client reset or closed its stream ends
+// at once, and a new call for its consumer and shard is served; the service documents that it
+// refuses a second call within 5 s of an accepted one, and may hold the first that long.
+// Tagging, encryption, resource policies and account settings are not served. A test
+// package's other servers (kinesalite) are held to the same behaviour by one conformance suite.
 //
 // A Server is safe for concurrent use. The SDK's event-stream reader is known to race when one
 // client reads several SubscribeToShard streams at once (aws/smithy-go#714): give each
