@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/internal/testenv"
+	"github.com/gostream/kinesub/kinesistest"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -26,10 +27,16 @@ func TestParseStream(t *testing.T) {
 		{"arn:aws:kinesis:eu-west-1:123456789012:stream/orders", "orders", "arn:aws:kinesis:eu-west-1:123456789012:stream/orders"},
 		{"arn:aws-cn:kinesis:cn-north-1:123456789012:stream/o.r-d_1", "o.r-d_1", "arn:aws-cn:kinesis:cn-north-1:123456789012:stream/o.r-d_1"},
 		{"arn:aws-us-gov:kinesis:us-gov-west-1:000000000000:stream/x", "x", "arn:aws-us-gov:kinesis:us-gov-west-1:000000000000:stream/x"},
+		{"arn:aws-iso:kinesis:us-iso-east-1:123456789012:stream/x", "x", "arn:aws-iso:kinesis:us-iso-east-1:123456789012:stream/x"},
+		{"arn:aws-iso-b:kinesis:us-isob-east-1:123456789012:stream/x", "x", "arn:aws-iso-b:kinesis:us-isob-east-1:123456789012:stream/x"},
+		{"arn:aws-iso-e:kinesis:eu-isoe-west-1:123456789012:stream/x", "x", "arn:aws-iso-e:kinesis:eu-isoe-west-1:123456789012:stream/x"},
+		{"arn:aws-iso-f:kinesis:us-isof-south-1:123456789012:stream/x", "x", "arn:aws-iso-f:kinesis:us-isof-south-1:123456789012:stream/x"},
+		{"arn:aws-eusc:kinesis:eusc-de-east-1:123456789012:stream/x", "x", "arn:aws-eusc:kinesis:eusc-de-east-1:123456789012:stream/x"},
 	} {
 		ref, err := parseStream("Subscribe", tc.in)
 		require.NoError(t, err, tc.in)
-		require.Equal(t, streamRef{name: tc.name, arn: tc.arn}, ref, tc.in)
+		require.Equal(t, tc.name, ref.name, tc.in)
+		require.Equal(t, tc.arn, ref.arn, tc.in)
 	}
 	for _, bad := range []string{
 		"", "has space", "slash/inside", strings.Repeat("s", 129),
@@ -43,6 +50,9 @@ func TestParseStream(t *testing.T) {
 		"arn:aws:kinesis:eu-west-1:123456789012:deliverystream/orders",      // not a stream
 		"arn:aws:kinesis:eu-west-1:123456789012:stream/orders/consumer/c:1", // a consumer
 		"arn:other:kinesis:eu-west-1:123456789012:stream/orders",            // no such partition
+		"arn:awsXYZ:kinesis:eu-west-1:123456789012:stream/orders",           // no such partition
+		"arn:aws-cn-x:kinesis:cn-north-1:123456789012:stream/orders",        // no such partition
+		"arn::kinesis:eu-west-1:123456789012:stream/orders",                 // no partition
 		"arn:aws:kinesis:eu-west-1:123456789012",                            // too few parts
 		"arn:aws:kinesis:eu-west-1:123456789012:stream/" + strings.Repeat("s", 129),
 	} {
@@ -50,6 +60,66 @@ func TestParseStream(t *testing.T) {
 		require.ErrorIs(t, err, ErrInvalidOption, "%q", bad)
 		require.Contains(t, err.Error(), "Subscribe stream(", "%q", bad)
 	}
+	// A partition that is not AWS's is named, with the ones there are.
+	_, err := parseStream("Subscribe", "arn:awsXYZ:kinesis:eu-west-1:123456789012:stream/orders")
+	require.ErrorContains(t, err, `no AWS partition "awsXYZ"`)
+	require.ErrorContains(t, err, "aws, aws-cn, aws-us-gov, aws-iso, aws-iso-b, aws-iso-e, aws-iso-f, aws-eusc")
+}
+
+// TestStreamARNNotFound: a well-formed ARN of a stream that does not exist is reported with the
+// ARN and what to check (the client's region against the ARN's, the account), never with the
+// advice to pass WithCreateIfMissing, which creates streams by name in the client's own
+// account and region: it creates nothing for an ARN of another region, and says what it
+// created for one of another account.
+func TestStreamARNNotFound(t *testing.T) {
+	srv := kinesistest.NewServer(kinesistest.WithRegion("us-east-1"))
+	t.Cleanup(srv.Close)
+	c := srv.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, srv.CreateStream(ctx, "orders", 1))
+	streams := func() []string {
+		out, err := c.ListStreams(ctx, &kinesis.ListStreamsInput{})
+		require.NoError(t, err)
+		return out.StreamNames
+	}
+	subscribeARN := func(arn string, opts ...Option) error {
+		sub, err := Subscribe(ctx, c, arn, append(opts, WithLeaseStore(lease.NewMemory()))...)
+		if err == nil {
+			_ = sub.Close(ctx)
+		}
+		return err
+	}
+	const creates = "WithCreateIfMissing creates streams by name in the client's own account and region, not this ARN"
+
+	otherRegion := "arn:aws:kinesis:eu-west-1:000000000000:stream/orders"
+	for _, opts := range [][]Option{nil, {WithCreateIfMissing(1)}} {
+		err := subscribeARN(otherRegion, opts...)
+		require.ErrorIs(t, err, ErrStreamNotFound)
+		require.ErrorContains(t, err, otherRegion)
+		require.ErrorContains(t, err, "the client is configured for region us-east-1")
+		require.ErrorContains(t, err, "the ARN names region eu-west-1")
+		require.ErrorContains(t, err, creates)
+		require.NotContains(t, err.Error(), "pass WithCreateIfMissing")
+	}
+	err := subscribeARN("arn:aws:kinesis:eu-west-1:000000000000:stream/fresh", WithCreateIfMissing(1))
+	require.ErrorIs(t, err, ErrStreamNotFound)
+	require.Equal(t, []string{"orders"}, streams(), "a stream created for an ARN of another region")
+
+	otherAccount := "arn:aws:kinesis:us-east-1:111111111111:stream/orders"
+	err = subscribeARN(otherAccount)
+	require.ErrorIs(t, err, ErrStreamNotFound)
+	require.ErrorContains(t, err, otherAccount)
+	require.ErrorContains(t, err, "account (111111111111)")
+	require.ErrorContains(t, err, creates)
+	err = subscribeARN("arn:aws:kinesis:us-east-1:111111111111:stream/fresh", WithCreateIfMissing(1))
+	require.ErrorIs(t, err, ErrStreamNotFound)
+	require.ErrorContains(t, err, "WithCreateIfMissing created a stream fresh in the client's own account and region, which is not this ARN")
+
+	// By name, the advice stands.
+	err = subscribeARN("missing")
+	require.ErrorIs(t, err, ErrStreamNotFound)
+	require.ErrorContains(t, err, "pass WithCreateIfMissing")
 }
 
 // arnChecker stands in front of a fake stream and records every call that does not name the

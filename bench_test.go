@@ -193,6 +193,7 @@ func (f *pageKinesis) PutRecord(context.Context, *kinesis.PutRecordInput, ...fun
 func benchSubscribe(b testing.TB, f *pageKinesis, opts ...Option) *Subscriber {
 	b.Helper()
 	opts = append([]Option{
+		WithLeaseStore(lease.NewMemory()),
 		WithStartAt(Horizon()),
 		WithBatchSize(benchPage),
 		WithPollInterval(time.Millisecond),

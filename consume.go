@@ -20,9 +20,14 @@ import (
 // queued for the next All, Batches or Messages. Only one consumer pulls at a time: All while
 // another All or Batches loop runs, or after Messages was called, yields ErrConsumerBusy at
 // once. As with Messages, nothing fetched before a Seek returns is yielded after it: each
-// record is checked against its shard's position when it is pulled.
+// record is checked against its shard's position when it is pulled. A nil ctx yields an error
+// wrapping ErrInvalidOption once, and the loop ends.
 func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
 	return func(yield func(*Message, error) bool) {
+		if ctx == nil {
+			yield(nil, nilContext("All"))
+			return
+		}
 		s.pull(ctx, func() bool {
 			for m := s.del.hand.take(); m != nil; m = s.del.hand.take() {
 				s.metrics.consumed(m)
@@ -38,9 +43,13 @@ func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
 // Batches returns an iterator over the delivered records a batch at a time: each Batch holds
 // consecutive records of one shard, in order (up to one GetRecords page). It behaves as All
 // does (ending, errors, leaving early, one consumer at a time, seeks), with the check made once
-// a batch.
+// a batch. A nil ctx yields an error wrapping ErrInvalidOption once, and the loop ends.
 func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 	return func(yield func(*Batch, error) bool) {
+		if ctx == nil {
+			yield(nil, nilContext("Batches"))
+			return
+		}
 		s.pull(ctx, func() bool {
 			page := s.del.hand.takeAll()
 			if page == nil {
@@ -88,8 +97,12 @@ func (b *Batch) Messages() []*Message { return b.msgs }
 
 // Ack acks every message of the batch not yet settled, at the cost of about one Ack: the
 // shard's watermark is updated once. It returns ErrClosed once Close has returned, and with
-// WithCheckpointInterval(0) the checkpoint write's error.
+// WithCheckpointInterval(0) the checkpoint write's error. A nil ctx is context.Background(),
+// as for Message.Ack.
 func (b *Batch) Ack(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
 	return b.msgs[0].pg.shard.settleAll(ctx, b.msgs)
 }
 

@@ -1,9 +1,9 @@
 // Package kinesub consumes Amazon Kinesis Data Streams.
 //
 // A Subscriber discovers a stream's shards (splits and merges included), shares them with the
-// other subscribers of the same stream through leases (package lease: in memory for one
-// process, a DynamoDB table for several), reads every shard it holds, and delivers the records
-// on one channel:
+// other subscribers of the same stream through leases (WithLeaseStore, required: package lease
+// keeps them in memory for one process, or in a DynamoDB table for several), reads every shard
+// it holds, and delivers the records on one channel:
 //
 //	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), "orders",
 //		kinesub.WithLeaseStore(lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), "orders-leases")))
@@ -33,21 +33,21 @@
 //
 // # Lifecycle
 //
-// Subscribe validates its options before any I/O, checks that the stream exists (or creates it
-// with WithCreateIfMissing) and that the lease store answers, then starts a coordinator. The
-// coordinator lists the shards every shard-sync interval, reads the stream's change row every
-// second and its rows of the lease table when that row moved (a peer released, stole or
-// joined) or at the balance interval, and takes the leases of readable shards up to its fair
-// share. Each shard it holds
-// gets a reader, which polls GetRecords (at once after a non-empty batch, after the poll
-// interval when idle, within the service's 5 calls and 2 MB per second per shard), and a
-// keeper, which renews the lease every TTL/3 and writes the checkpoint every checkpoint
-// interval, whatever the consumer does.
+// Subscribe validates its options before any I/O (a missing WithLeaseStore is an error too),
+// checks that the stream exists (or creates it with WithCreateIfMissing) and that the lease
+// store answers, then starts a coordinator. The coordinator lists the shards every shard-sync
+// interval, reads the stream's change row every second and its rows of the lease table when
+// that row moved (a peer released, stole or joined) or at the balance interval, and takes the
+// leases of readable shards up to its fair share. Each shard it holds gets a reader, which
+// polls GetRecords (at once after a non-empty batch, after the poll interval when idle, within
+// the service's 5 calls and 2 MB per second per shard), and a keeper, which renews the lease
+// every TTL/3 and writes the checkpoint every checkpoint interval, whatever the consumer does.
 //
 // Close stops the readers, lets the messages already handed out settle until its context
 // ends, writes every checkpoint, releases every lease (so a peer takes the shards within about
-// a second; a lease stolen and not yet read is left to expire), and closes Messages, so that ranging over Messages always ends. Cancelling
-// Subscribe's context does the same with a two-second drain. A fatal error (the stream was
+// a second; a lease stolen and not yet read is left to expire), and closes Messages, so that
+// ranging over Messages always ends. Cancelling Subscribe's context does the same with a
+// two-second drain. A fatal error (the stream was
 // deleted) ends the subscription too; Err then says why. Everything else — a failed read, a
 // throttle, an expired iterator, a lease store error, a lost lease — is retried or confined to
 // its shard, and reported on Errors.
@@ -112,7 +112,9 @@
 // until it is ACTIVE (ErrFanOutConsumer otherwise); instances share it, and kinesub never
 // deregisters it. Each subscription is renewed at the end of its five-minute lifetime from
 // its last continuation, abandoned and renewed after 35 s without an event while its reader
-// waits, and retried once a second while the service answers ResourceInUseException. Leases,
+// waits, and retried once a second while the service answers ResourceInUseException (reported
+// on Errors, unless the subscription the service still holds is the reader's own, ended by a
+// seek or a renewal less than its five-second takeover window after it began). Leases,
 // checkpoints, resharding, Seek and Close work as with polling. Each shard's subscriptions use
 // a client of their own built from the given client's options, as the SDK's event-stream
 // decoder is shared by a client's streams (aws/smithy-go#714).
@@ -162,7 +164,17 @@
 // handed_back), checkpoint writes, and every Kinesis and lease store call by operation and
 // outcome (ok, throttled, error). They go to the global MeterProvider unless WithMeterProvider
 // (WithPublishMeterProvider for a Publisher) names another; the global one discards them until
-// the application installs an SDK. The README lists every metric and what to alert on.
+// the application installs an SDK. The repository's docs/metrics.md lists every metric and what
+// to alert on.
+//
+// # Contexts
+//
+// The methods that start or wait for work (Subscribe, Seek, Commit, All, Batches, Publish,
+// PublishBatch, and the lease stores' methods) refuse a nil ctx: before doing anything they
+// return an error wrapping ErrInvalidOption (lease.ErrInvalidArgument for the stores) that
+// names the method and says to pass context.Background(); All and Batches yield it once. The
+// methods that settle or shut down (Ack, Nack, Batch.Ack and Close) never refuse: a nil ctx is
+// context.Background() there, so that defer sub.Close(nil) still closes.
 //
 // # Concurrency
 //

@@ -32,6 +32,7 @@ type fanOut struct {
 	timeout     time.Duration // for a subscription's initial response (WithRequestTimeout)
 	stallAfter  time.Duration // no event for this long, while the reader waits: dead
 	inUseRetry  time.Duration // the wait after ResourceInUseException, and between calls
+	takeover    time.Duration // after an accepted call, how long the service refuses another
 	report      func(error)   // a retried failure that next does not return, to Errors
 	// note is the shard's seek notification: a wait for the next event ends when it is armed,
 	// and re-arms it, so that the reader sees the seek at once.
@@ -39,8 +40,13 @@ type fanOut struct {
 
 	at       Position // where the next subscription starts
 	lastCall time.Time
-	events   *kinesis.SubscribeToShardEventStream // nil: no live subscription
-	cancel   context.CancelFunc                   // ends events' request
+	// started is when this reader's last subscription was accepted. The service refuses a
+	// second call within takeover of an accepted one with ResourceInUseException: within that
+	// window the subscription it holds is this reader's own (ended by a seek or a renewal and
+	// still winding down there), which is no failure to report.
+	started time.Time
+	events  *kinesis.SubscribeToShardEventStream // nil: no live subscription
+	cancel  context.CancelFunc                   // ends events' request
 	// fast carries the subscription's SubscribeToShardEvents that kinesub decodes itself
 	// (efo_events.go); the rest, and the stream's end, come through events. cancel ends the
 	// hand-over too.
@@ -62,7 +68,7 @@ func (s *Subscriber) newFanOut(id string, note chan struct{}) *fanOut {
 	}
 	return &fanOut{
 		client: s.client, fresh: fresh, consumerARN: f.arn, stream: s.ref, shard: id, timeout: s.cfg.requestTimeout,
-		stallAfter: f.stallAfter, inUseRetry: f.inUseRetry, note: note,
+		stallAfter: f.stallAfter, inUseRetry: f.inUseRetry, takeover: f.takeover, note: note,
 		report: func(err error) {
 			s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpSubscribeToShard, Err: err})
 		},
@@ -71,7 +77,8 @@ func (s *Subscriber) newFanOut(id string, note chan struct{}) *fanOut {
 
 // open subscribes at p. A subscription still held elsewhere (ResourceInUseException: the
 // shard's previous owner, or this reader's own previous subscription not yet ended) is not a
-// failure of the position: it is reported and retried by next at the one-per-second floor.
+// failure of the position: it is retried by next at the one-per-second floor, and reported
+// unless it is this reader's own (inUse).
 func (f *fanOut) open(ctx context.Context, p Position) error {
 	f.end()
 	f.at, f.held, f.heldEnd, f.children = p, nil, false, nil
@@ -86,10 +93,20 @@ func (f *fanOut) open(ctx context.Context, p Position) error {
 	}
 	err := f.subscribe(ctx)
 	if isInUse(err) {
-		f.report(err)
+		f.inUse(err)
 		return nil
 	}
 	return err
+}
+
+// inUse reports a ResourceInUseException, unless it comes within the service's takeover
+// window of this reader's own last subscription: then the subscription the service still
+// holds is that one, which this reader ended (a seek, a renewal), not another holder's.
+func (f *fanOut) inUse(err error) {
+	if !f.started.IsZero() && time.Since(f.started) < f.takeover {
+		return
+	}
+	f.report(err)
 }
 
 // next returns the held records of the last event, or waits for the next event.
@@ -103,7 +120,7 @@ func (f *fanOut) next(ctx context.Context, limit int) (page, error) {
 		}
 		if err := f.subscribe(ctx); err != nil {
 			if isInUse(err) {
-				f.report(err)
+				f.inUse(err)
 				return page{millisBehind: f.behind, pause: f.inUseRetry}, nil
 			}
 			return page{}, err
@@ -127,7 +144,7 @@ func (f *fanOut) next(ctx context.Context, limit int) (page, error) {
 			err := f.events.Err()
 			f.end()
 			if isInUse(err) {
-				f.report(err)
+				f.inUse(err)
 				return page{millisBehind: f.behind, pause: f.inUseRetry}, nil
 			}
 			if err != nil {
@@ -232,18 +249,39 @@ func (f *fanOut) subscribe(ctx context.Context) error {
 		return &sourceError{op: OpSubscribeToShard, err: err}
 	}
 	f.events, f.cancel, f.fast = out.GetStream(), cancel, fast
+	f.started = f.lastCall
 	return nil
 }
 
-// end ends the live subscription, if any, and releases its HTTP/2 stream.
+// end ends the live subscription, if any, and releases its HTTP/2 stream. The stream is closed
+// before its request's context is cancelled: closing the response body returns once the reset
+// of the stream (RST_STREAM) has been written, so the service learns that the subscription
+// ended before this reader's next SubscribeToShard call reaches it on the same connection, and
+// need not refuse that call as in use. A close that does not return within releaseWait (a
+// connection that cannot be written) is cut short by the cancellation.
 func (f *fanOut) end() {
 	if f.events == nil {
 		return
 	}
-	f.cancel()
-	_ = f.events.Close()
+	events, cancel := f.events, f.cancel
 	f.events, f.cancel, f.fast = nil, nil, nil
+	closed := make(chan struct{})
+	go func() { // owned by end, which waits for it
+		defer close(closed)
+		_ = events.Close()
+	}()
+	t := time.NewTimer(releaseWait)
+	select {
+	case <-closed:
+	case <-t.C:
+	}
+	t.Stop()
+	cancel()
+	<-closed
 }
+
+// releaseWait bounds how long end waits for a subscription's stream to be reset.
+const releaseWait = 250 * time.Millisecond
 
 func (f *fanOut) close() { f.end() }
 

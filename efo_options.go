@@ -25,6 +25,7 @@ type fanOutConfig struct {
 
 	stallAfter   time.Duration // no event for this long: the subscription is dead
 	inUseRetry   time.Duration // the wait before retrying a subscription in use elsewhere
+	takeover     time.Duration // after an accepted call, how long the service refuses the next
 	activeWithin time.Duration // the longest wait for the consumer to become ACTIVE
 	describeWait time.Duration // between DescribeStreamConsumer calls while waiting
 }
@@ -39,6 +40,9 @@ const (
 	fanOutInUseRetry = time.Second
 	// Registration usually takes seconds; this bounds a consumer stuck in CREATING.
 	fanOutActiveWithin = 2 * time.Minute
+	// A second SubscribeToShard call within 5 s of an accepted one is refused with
+	// ResourceInUseException; after that it takes over. A second more covers the trip.
+	fanOutTakeover     = 6 * time.Second
 	fanOutDescribeWait = time.Second
 )
 
@@ -70,6 +74,7 @@ func WithEnhancedFanOut(consumerName string) Option {
 			name:         consumerName,
 			stallAfter:   fanOutStallAfter,
 			inUseRetry:   fanOutInUseRetry,
+			takeover:     fanOutTakeover,
 			activeWithin: fanOutActiveWithin,
 			describeWait: fanOutDescribeWait,
 		}

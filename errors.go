@@ -108,6 +108,12 @@ func (e *ShardError) Error() string {
 
 func (e *ShardError) Unwrap() error { return e.Err }
 
+// nilContext is the error of a method that starts or waits for work when given a nil ctx (see
+// the package documentation, "Contexts").
+func nilContext(method string) error {
+	return fmt.Errorf("%w: %s: nil context: pass context.Background()", ErrInvalidOption, method)
+}
+
 // optionError builds the error for an option value outside its range.
 func optionError(option string, value any, allowed string) error {
 	return fmt.Errorf("%w: %s(%v): %s", ErrInvalidOption, option, value, allowed)

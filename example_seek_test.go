@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/gostream/kinesub"
+	"github.com/gostream/kinesub/lease"
 )
 
 // Replay the last hour of a stream from a running subscription, then serve the same seeker to
@@ -20,7 +22,8 @@ func ExampleSeeker_Seek() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), "orders")
+	leases := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), "orders-leases")
+	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), "orders", kinesub.WithLeaseStore(leases))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/lease"
 )
 
 // fakeStream is an in-memory stream behind the kinesisiface.Kinesis interface, for unit tests
@@ -67,9 +68,11 @@ func subscribeFake(t *testing.T, f *fakeStream, opts ...Option) *Subscriber {
 	return sub
 }
 
-// fakeOpts are short intervals for subscriptions to a fake stream.
+// fakeOpts are short intervals for subscriptions to a fake stream, with leases in a memory
+// store of their own unless extra names another.
 func fakeOpts(extra ...Option) []Option {
 	return append([]Option{
+		WithLeaseStore(lease.NewMemory()),
 		WithPollInterval(2 * time.Millisecond),
 		WithShardSyncInterval(20 * time.Millisecond),
 		WithLeaseTTL(600 * time.Millisecond),

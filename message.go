@@ -138,7 +138,7 @@ func (m *Message) Position() Position {
 // either way, and a later flush writes it). Ack after the shard was sought or its lease lost
 // is a no-op. A second Ack or Nack returns ErrAlreadySettled; Ack or Nack once Close has
 // returned returns ErrClosed (what was not settled by then is delivered again, by this
-// subscriber or the shard's next owner).
+// subscriber or the shard's next owner). A nil ctx is context.Background(): Ack never refuses.
 func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false) }
 
 // Nack gives the message back unhandled: the shard's checkpoint cannot pass it, so it and
@@ -147,7 +147,8 @@ func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false) }
 // the shard's checkpoint where it is, and, since WithMaxInFlight counts from the oldest
 // unsettled record, the shard stops reading once that many more were fetched (Shards shows
 // it as OldestUnsettled). To retry a record in process, with backoff and a dead-letter
-// function, consume with Process; to skip a record, Ack it.
+// function, consume with Process; to skip a record, Ack it. A nil ctx is
+// context.Background(), as for Ack.
 func (m *Message) Nack(ctx context.Context) error { return m.settle(ctx, true) }
 
 func (m *Message) settle(ctx context.Context, nack bool) error {

@@ -18,8 +18,8 @@ import (
 
 // Metrics are OpenTelemetry instruments made from the MeterProvider given with
 // WithMeterProvider or WithPublishMeterProvider (the global one by default). The names,
-// units and attributes are listed in the README ("Metrics"); dashboards and alerts are written
-// against them, so they do not change.
+// units and attributes are listed in docs/metrics.md; dashboards and alerts are written against
+// them, so they do not change.
 //
 // Counts on the delivery path cost an atomic add per record: the consumed, acked and nacked
 // counters are observed from per-shard tallies when the provider collects, not added to an

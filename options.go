@@ -40,6 +40,7 @@ type config struct {
 	source             func(shard string) shardSource // nil: the GetRecords poller; set by tests
 	meterProvider      metric.MeterProvider
 	fanOut             *fanOutConfig // nil: poll with GetRecords (efo_options.go)
+	clientRegion       string        // the Kinesis client's region; "" when unknown (a fake)
 
 	errs []error // collected while applying options, reported by validate
 }
@@ -55,7 +56,6 @@ func defaultConfig() config {
 		maxInFlightBytes:   64 << 20,
 		bufferPages:        4,
 		requestTimeout:     10 * time.Second,
-		store:              lease.NewMemory(),
 		owner:              defaultOwner(),
 		logger:             slog.New(slog.DiscardHandler),
 		meterProvider:      otel.GetMeterProvider(),
@@ -105,6 +105,8 @@ func (c *config) validate() error {
 		return optionError("WithRequestTimeout", c.requestTimeout, fmt.Sprintf("must be between %v and %v", minTimeout, maxTimeout))
 	case c.balanceSet && (c.balanceInterval < minInterval || c.balanceInterval > maxInterval):
 		return optionError("WithBalanceInterval", c.balanceInterval, fmt.Sprintf("must be between %v and %v", minInterval, maxInterval))
+	case c.store == nil:
+		return errNoLeaseStore
 	}
 	// The one default that follows another option's value.
 	if !c.balanceSet {
@@ -112,6 +114,13 @@ func (c *config) validate() error {
 	}
 	return nil
 }
+
+// errNoLeaseStore is Subscribe's error without WithLeaseStore. An in-memory default would be
+// shared by nothing: every instance of a service that runs twice would read every record, and
+// nothing would say so.
+var errNoLeaseStore = optionError("WithLeaseStore", "missing",
+	"must be given: lease.NewMemory() for one process (tests, a single instance whose checkpoints need not survive a restart), "+
+		"or lease.NewDynamoDB(client, table) shared by every instance of the service")
 
 func (c *config) reject(option string, value any, allowed string) {
 	c.errs = append(c.errs, optionError(option, value, allowed))
@@ -127,9 +136,10 @@ func defaultOwner() string {
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 }
 
-// WithLeaseStore sets where shard leases and checkpoints live. The default is lease.NewMemory(),
-// which suits one process whose checkpoints need not survive a restart; share a lease.DynamoDB
-// table between processes that consume the same stream. nil is rejected.
+// WithLeaseStore sets where shard leases and checkpoints live. It is required: there is no
+// default. lease.NewMemory() suits one process whose checkpoints need not survive a restart
+// (tests, a tool run once); every instance of a service that runs more than once must share
+// one lease.NewDynamoDB table, or each would read every record. nil is rejected.
 func WithLeaseStore(s lease.Store) Option {
 	return func(c *config) {
 		if v := reflect.ValueOf(s); s == nil || v.Kind() == reflect.Pointer && v.IsNil() {
@@ -204,7 +214,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithMeterProvider sets where the subscriber's OpenTelemetry metrics go (listed in the
-// README, "Metrics"). The default is the global provider, otel.GetMeterProvider(), which
+// repository's docs/metrics.md). The default is the global provider, otel.GetMeterProvider(), which
 // discards everything until the application installs one with otel.SetMeterProvider (before
 // or after Subscribe). nil is rejected.
 func WithMeterProvider(mp metric.MeterProvider) Option {
@@ -283,6 +293,10 @@ func WithStartAt(p Position) Option {
 func WithInitialPosition(p Position) Option {
 	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
 }
+
+// withClientRegion records the Kinesis client's region, which errors about a stream given by
+// ARN compare with the ARN's. Subscribe adds it.
+func withClientRegion(region string) Option { return func(c *config) { c.clientRegion = region } }
 
 // streamWideOption applies set when p is stream-wide, and rejects p otherwise.
 func streamWideOption(name string, p Position, set func(*config)) Option {

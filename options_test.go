@@ -86,6 +86,7 @@ func TestInvalidStreamNameRejectedBeforeIO(t *testing.T) {
 
 func TestDefaults(t *testing.T) {
 	c := defaultConfig()
+	WithLeaseStore(lease.NewMemory())(&c)
 	if err := c.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,27 @@ func TestDefaults(t *testing.T) {
 		c.leaseTTL != 10*time.Second || c.checkpointInterval != 5*time.Second || c.balanceInterval != 20*time.Second {
 		t.Errorf("defaults changed: %+v", c)
 	}
-	if c.store == nil || c.owner == "" || c.logger == nil {
-		t.Error("validate must fill the store, owner and logger")
+	if c.owner == "" || c.logger == nil {
+		t.Error("validate must fill the owner and logger")
+	}
+}
+
+// TestLeaseStoreRequired: without WithLeaseStore, Subscribe fails before any I/O and says which
+// store to pass. A default in-memory store would let each instance of a service that runs twice
+// read every record, with nothing to say so.
+func TestLeaseStoreRequired(t *testing.T) {
+	_, err := subscribe(context.Background(), noIO{t: t}, "orders", WithOwner("a"))
+	if !errors.Is(err, ErrInvalidOption) {
+		t.Fatalf("err = %v, want ErrInvalidOption", err)
+	}
+	for _, want := range []string{"WithLeaseStore(", "lease.NewMemory()", "lease.NewDynamoDB(", "every instance"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	// An invalid option is still named first: it is the caller's first mistake to fix.
+	_, err = subscribe(context.Background(), noIO{t: t}, "orders", WithBatchSize(0))
+	if !errors.Is(err, ErrInvalidOption) || !strings.Contains(err.Error(), "WithBatchSize(") {
+		t.Errorf("err = %v, want WithBatchSize named", err)
 	}
 }

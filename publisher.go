@@ -155,8 +155,11 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 // The record is checked first (see ErrInvalidRecord). Publish sends once: failures of the call
 // are retried only by the SDK client's retryer, and a missing stream is ErrStreamNotFound.
 // Successive Publish calls with one partition key, each waiting for the previous, are stored
-// in call order.
+// in call order. A nil ctx is an error wrapping ErrInvalidOption.
 func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byte, headers map[string]string) (sequence string, err error) {
+	if ctx == nil {
+		return "", nilContext("Publish")
+	}
 	enc, err := prepareRecord(partitionKey, data, headers)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidRecord, err)
@@ -185,8 +188,12 @@ func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byt
 //
 // On failure PublishBatch returns a *PublishError listing the records not written (those
 // refused after the last retry and all the later ones, never sent); the others are written.
-// Cancelling ctx stops at once with such an error, wrapping ctx's error.
+// Cancelling ctx stops at once with such an error, wrapping ctx's error. A nil ctx is an error
+// wrapping ErrInvalidOption, and nothing is sent.
 func (p *Publisher) PublishBatch(ctx context.Context, records []Record) error {
+	if ctx == nil {
+		return nilContext("PublishBatch")
+	}
 	entries := make([]types.PutRecordsRequestEntry, len(records))
 	for i, r := range records {
 		enc, err := prepareRecord(r.PartitionKey, r.Data, r.Headers)

@@ -36,8 +36,11 @@ type Seeker struct {
 // the seek reaches the consumer) but whose reader had not reopened it when ctx ended; it
 // reopens on its own. Any other error means the shard it names was not moved, except for a
 // stream-wide seek's reader errors described above. A ctx already done when Seek is called
-// changes nothing.
+// changes nothing. A nil ctx is an error wrapping ErrInvalidOption, and changes nothing.
 func (k *Seeker) Seek(ctx context.Context, p Position) error {
+	if ctx == nil {
+		return nilContext("Seek")
+	}
 	if k == nil || k.s == nil {
 		return fmt.Errorf("%w: nil Seeker: use Subscriber.Seeker", ErrInvalidOption)
 	}

@@ -63,7 +63,8 @@ type Subscriber struct {
 // Subscribe starts consuming stream, given by name or by ARN
 // ("arn:aws:kinesis:<region>:<account>:stream/<name>"), and returns once the stream is known to
 // exist (or was created, with WithCreateIfMissing) and the lease store answered. Options are
-// validated before any I/O.
+// validated before any I/O; WithLeaseStore is required. A nil ctx is an error wrapping
+// ErrInvalidOption.
 //
 // ctx is the subscription's lifetime, not only Subscribe's: the subscription runs until
 // Close, a fatal error (the stream was deleted), or until ctx ends, which closes it with a
@@ -74,10 +75,13 @@ func Subscribe(ctx context.Context, client *kinesis.Client, stream string, opts 
 	if client == nil {
 		return nil, fmt.Errorf("%w: client is nil", ErrInvalidOption)
 	}
-	return subscribe(ctx, client, stream, append(opts[:len(opts):len(opts)], withClientPerSubscription(client))...)
+	return subscribe(ctx, client, stream, append(opts[:len(opts):len(opts)], withClientPerSubscription(client), withClientRegion(client.Options().Region))...)
 }
 
 func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, opts ...Option) (*Subscriber, error) {
+	if ctx == nil {
+		return nil, nilContext("Subscribe")
+	}
 	subscribedAt := time.Now()
 	cfg := defaultConfig()
 	for i, o := range opts {
@@ -187,7 +191,7 @@ func (s *Subscriber) ensureStream(ctx context.Context) error {
 		cancel()
 		var nf *types.ResourceNotFoundException
 		switch {
-		case errors.As(err, &nf) && s.cfg.createShards > 0 && !created:
+		case errors.As(err, &nf) && s.cfg.createShards > 0 && !created && s.ref.creatable(s.cfg.clientRegion):
 			cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 			_, err := s.client.CreateStream(cctx, &kinesis.CreateStreamInput{
 				StreamName: aws.String(s.stream), ShardCount: aws.Int32(int32(s.cfg.createShards)),
@@ -202,7 +206,7 @@ func (s *Subscriber) ensureStream(ctx context.Context) error {
 			s.log.Info("stream created", "shards", s.cfg.createShards)
 			continue
 		case errors.As(err, &nf):
-			return fmt.Errorf("%w: %s (create it, or pass WithCreateIfMissing): %w", ErrStreamNotFound, s.stream, err)
+			return s.ref.notFound(s.cfg.clientRegion, created, err)
 		case err != nil:
 			return fmt.Errorf("kinesub: describe stream %s: %w", s.stream, err)
 		}
@@ -253,8 +257,12 @@ func (s *Subscriber) StreamName() string { return s.stream }
 
 // Commit writes every owned shard's acknowledged watermark to the lease store now, and returns
 // once the writes are durable. Ack never waits on the store; Commit is for callers that need a
-// checkpoint at a chosen moment. A shard whose lease was lost is skipped.
+// checkpoint at a chosen moment. A shard whose lease was lost is skipped. A nil ctx is an
+// error wrapping ErrInvalidOption.
 func (s *Subscriber) Commit(ctx context.Context) error {
+	if ctx == nil {
+		return nilContext("Commit")
+	}
 	ws, open := s.table.held()
 	if !open {
 		return ErrClosed
@@ -281,7 +289,8 @@ func (s *Subscriber) Seeker() *Seeker { return s.seeker }
 // checkpoint or release was not written (its deliveries since the last checkpoint are
 // delivered again by the next owner, which takes the shard once its lease expires if it was
 // not released). Every call returns the same result, including after the subscription stopped
-// on its own (its ctx ended, or a fatal error).
+// on its own (its ctx ended, or a fatal error). A nil ctx is context.Background(): Close
+// never refuses.
 func (s *Subscriber) Close(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()

@@ -391,7 +391,7 @@ func TestCancelEndsSubscription(t *testing.T) {
 
 func TestStreamNotFound(t *testing.T) {
 	c := testenv.Kinesis(t)
-	_, err := Subscribe(context.Background(), c, testenv.Name(t), WithRequestTimeout(30*time.Second))
+	_, err := Subscribe(context.Background(), c, testenv.Name(t), WithLeaseStore(lease.NewMemory()), WithRequestTimeout(30*time.Second))
 	require.ErrorIs(t, err, ErrStreamNotFound)
 	require.Contains(t, err.Error(), "WithCreateIfMissing")
 }

@@ -26,7 +26,8 @@ type consumer struct {
 // subscription is one SubscribeToShard call's stream of events.
 type subscription struct {
 	started time.Time
-	ended   chan struct{} // closed to end the subscription
+	ended   chan struct{}   // closed to end the subscription
+	gone    <-chan struct{} // closed when the client reset or closed the call's stream
 	once    sync.Once
 }
 

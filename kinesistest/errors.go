@@ -47,3 +47,13 @@ func errExpired(format string, args ...any) *apiError {
 func errInternal(format string, args ...any) *apiError {
 	return newError(500, "InternalFailureException", format, args...)
 }
+
+// errTooLarge answers a request whose body is over maxRequestBody. The service answers a
+// request over its size limit with status 413 and no exception type (users see "An error
+// occurred (413)", boto/boto3#1147). Here the answer is a 413 too, typed SerializationException
+// (the service's type for a body it cannot read) so that the SDK shows its message, which
+// names the limit.
+func errTooLarge(op string) *apiError {
+	return newError(413, "SerializationException",
+		"%s request body exceeds the server's limit of %d bytes (16 MiB); a valid request is smaller: a record holds at most 1 MiB of data (10 MiB where the stream's limit was raised), a PutRecords call 5 MiB", op, maxRequestBody)
+}

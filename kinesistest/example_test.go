@@ -7,47 +7,40 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-
 	"github.com/gostream/kinesub"
 	"github.com/gostream/kinesub/kinesistest"
 	"github.com/gostream/kinesub/lease"
 )
 
-// handle is the code under test: it turns an order record into a line of a report.
-func handle(m *kinesub.Message) string { return strings.ToUpper(string(m.Data())) }
+// report is the code under test: it turns an order record into a line of a report.
+func report(msg *kinesub.Message) string { return strings.ToUpper(string(msg.Data())) }
 
-// A handler tested end to end without AWS, Node.js or the network: the server runs in the test
-// process, and the subscriber keeps its leases in memory.
+// A handler tested end to end without AWS, Docker or Node.js: the Kinesis server runs in the
+// test process, and the subscriber keeps its leases in memory.
 func Example() {
-	srv := kinesistest.NewServer()
-	defer srv.Close()
-	client := srv.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-
-	if _, err := client.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String("orders"), ShardCount: aws.Int32(1)}); err != nil {
+	srv := kinesistest.NewServer()
+	defer srv.Close()
+	if err := srv.CreateStream(ctx, "orders", 1); err != nil {
 		log.Fatal(err)
 	}
-	for _, order := range []string{"apples", "pears", "plums"} {
-		if _, err := client.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String("orders"), Data: []byte(order), PartitionKey: aws.String("shop-1")}); err != nil {
-			log.Fatal(err)
-		}
+	if _, err := srv.Put(ctx, "orders", "shop-1", []byte("apples"), []byte("pears"), []byte("plums")); err != nil {
+		log.Fatal(err)
 	}
 
-	sub, err := kinesub.Subscribe(ctx, client, "orders",
+	sub, err := kinesub.Subscribe(ctx, srv.Client(), "orders",
 		kinesub.WithLeaseStore(lease.NewMemory()),
-		kinesub.WithInitialPosition(kinesub.Horizon()),
+		kinesub.WithInitialPosition(kinesub.Horizon()), // read what was put before Subscribe
 		kinesub.WithPollInterval(10*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer sub.Close(context.Background())
-	for i := 0; i < 3; i++ {
-		m := <-sub.Messages()
-		fmt.Println(handle(m))
-		if err := m.Ack(ctx); err != nil {
+	defer sub.Close(ctx)
+	for range 3 {
+		msg := <-sub.Messages()
+		fmt.Println(report(msg))
+		if err := msg.Ack(ctx); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -176,6 +176,14 @@ var quiet = log.New(io.Discard, "", 0)
 
 const targetPrefix = "Kinesis_20131202."
 
+const (
+	// maxRequestBody bounds a request's body: above every valid request (a 10 MiB record, the
+	// service's largest, is 13.3 MiB once base64-encoded in PutRecord's JSON).
+	maxRequestBody = 16 << 20
+	// maxDrain bounds what is read of a body past maxRequestBody before answering.
+	maxDrain = 256 << 20
+)
+
 type handler func(s *Server, body []byte) (any, *apiError)
 
 var handlers = map[string]handler{
@@ -206,9 +214,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, newError(400, "UnknownOperationException", "unknown operation %q", target))
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 16<<20))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
 	if err != nil {
 		panic(http.ErrAbortHandler)
+	}
+	if len(body) > maxRequestBody {
+		// Read the rest, so that an HTTP/1.1 client that is still sending reads the answer
+		// rather than a reset connection.
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, maxDrain))
+		writeError(w, errTooLarge(op))
+		return
 	}
 	var broken *Fault // a fault of the subscription, once it started
 	if f, ok := s.cfg.faults.draw(op); ok {

@@ -30,7 +30,7 @@ func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body [
 		writeError(w, err)
 		return
 	}
-	sub, st, sh, pos, aerr := s.subscribe(in.ConsumerARN, in.ShardId, in.StartingPosition)
+	sub, st, sh, pos, aerr := s.subscribe(in.ConsumerARN, in.ShardId, in.StartingPosition, r.Context().Done())
 	if aerr != nil {
 		writeError(w, aerr)
 		return
@@ -136,8 +136,9 @@ func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body [
 	}
 }
 
-// subscribe checks a SubscribeToShard call and registers its subscription.
-func (s *Server) subscribe(consumerARN, shardID string, start startingPosition) (*subscription, *stream, *shard, int, *apiError) {
+// subscribe checks a SubscribeToShard call and registers its subscription, whose client's
+// stream gone closes.
+func (s *Server) subscribe(consumerARN, shardID string, start startingPosition, gone <-chan struct{}) (*subscription, *stream, *shard, int, *apiError) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st, c, err := s.findConsumer(consumerARN, "", "")
@@ -162,8 +163,11 @@ func (s *Server) subscribe(consumerARN, shardID string, start startingPosition) 
 	// A call refused for another live subscription counts toward the rate as well.
 	c.lastCall[sh.index] = now
 	if old, ok := c.subs[sh.index]; ok {
+		// A subscription whose client reset or closed its stream has ended, even while its
+		// handler has yet to notice: the reset came first on the connection.
 		select {
 		case <-old.ended:
+		case <-old.gone:
 		default:
 			if now.Sub(old.started) < takeoverAfter {
 				return nil, nil, nil, 0, errInUse("Another active subscription exists for consumer %s and shard %s.", c.arn, sh.id)
@@ -171,7 +175,7 @@ func (s *Server) subscribe(consumerARN, shardID string, start startingPosition) 
 			old.end()
 		}
 	}
-	sub := &subscription{started: now, ended: make(chan struct{})}
+	sub := &subscription{started: now, ended: make(chan struct{}), gone: gone}
 	c.subs[sh.index] = sub
 	return sub, st, sh, pos, nil
 }

@@ -117,7 +117,7 @@ func (d *DynamoDB) checkTable() error {
 
 // EnsureTable creates the lease table, billed per request, unless it exists, and waits until
 // it is ACTIVE or ctx ends. It may be called any number of times, also concurrently from
-// several processes. It returns an error if the table exists with a key schema other than a
+// several processes. A nil ctx is an error wrapping ErrInvalidArgument. It returns an error if the table exists with a key schema other than a
 // string partition key lease_key.
 //
 // A new table is created with the index lease_stream-index. On a table without it (created by
@@ -131,6 +131,9 @@ func (d *DynamoDB) checkTable() error {
 // DeleteItem, Scan, and, to list one stream's rows through the index, DescribeTable, Query and
 // BatchGetItem (without them, or without the index, it scans).
 func (d *DynamoDB) EnsureTable(ctx context.Context) error {
+	if err := checkContext(ctx, "DynamoDB.EnsureTable"); err != nil {
+		return err
+	}
 	if err := d.checkTable(); err != nil {
 		return err
 	}
@@ -197,7 +200,7 @@ func (d *DynamoDB) checkSchema(t *types.TableDescription) error {
 // already owner's, or has expired by the local clock (an item without an expiry, taken with a
 // zero TTL, never expires).
 func (d *DynamoDB) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
-	if err := d.check(key, owner, ttl, true, ttlOrZero); err != nil {
+	if err := d.check(ctx, "DynamoDB.Acquire", key, owner, ttl, true, ttlOrZero); err != nil {
 		return false, err
 	}
 	now := d.now()
@@ -220,7 +223,7 @@ func setHolder(values map[string]types.AttributeValue, now time.Time, ttl time.D
 
 // Steal implements Store. The lease item must exist and its counter equal counter.
 func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
-	if err := d.check(key, owner, ttl, true, ttlOrZero); err != nil {
+	if err := d.check(ctx, "DynamoDB.Steal", key, owner, ttl, true, ttlOrZero); err != nil {
 		return false, err
 	}
 	values := map[string]types.AttributeValue{":owner": str(owner), ":counter": num(counter)}
@@ -230,7 +233,7 @@ func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, 
 
 // Renew implements Store.
 func (d *DynamoDB) Renew(ctx context.Context, key string, t Tenure, ttl time.Duration) (bool, error) {
-	if err := d.check(key, t.Owner, ttl, true, positiveTTL); err != nil {
+	if err := d.check(ctx, "DynamoDB.Renew", key, t.Owner, ttl, true, positiveTTL); err != nil {
 		return false, err
 	}
 	return d.update(ctx, "renew", key,
@@ -245,7 +248,7 @@ func (d *DynamoDB) Renew(ctx context.Context, key string, t Tenure, ttl time.Dur
 
 // Checkpoint implements Store. An empty sequence is an error wrapping ErrInvalidArgument.
 func (d *DynamoDB) Checkpoint(ctx context.Context, key string, t Tenure, cp Checkpoint) (bool, error) {
-	if err := d.check(key, t.Owner, 0, true, noTTL); err != nil {
+	if err := d.check(ctx, "DynamoDB.Checkpoint", key, t.Owner, 0, true, noTTL); err != nil {
 		return false, err
 	}
 	if err := checkCheckpoint(key, cp); err != nil {
@@ -264,7 +267,7 @@ func (d *DynamoDB) Checkpoint(ctx context.Context, key string, t Tenure, cp Chec
 
 // Release implements Store. It removes the owner and the expiry and keeps the checkpoint.
 func (d *DynamoDB) Release(ctx context.Context, key string, t Tenure) (bool, error) {
-	if err := d.check(key, t.Owner, 0, true, noTTL); err != nil {
+	if err := d.check(ctx, "DynamoDB.Release", key, t.Owner, 0, true, noTTL); err != nil {
 		return false, err
 	}
 	return d.update(ctx, "release", key,
@@ -276,7 +279,7 @@ func (d *DynamoDB) Release(ctx context.Context, key string, t Tenure) (bool, err
 // Delete implements Store, with one DeleteItem conditional on the counter and on nobody
 // holding the lease (which an absent item fails).
 func (d *DynamoDB) Delete(ctx context.Context, key string, counter int64) (bool, error) {
-	if err := d.check(key, "", 0, false, noTTL); err != nil {
+	if err := d.check(ctx, "DynamoDB.Delete", key, "", 0, false, noTTL); err != nil {
 		return false, err
 	}
 	report := capacityReport(ctx)
@@ -308,7 +311,11 @@ func (d *DynamoDB) ReadWeak(ctx context.Context, key string) (Lease, error) {
 }
 
 func (d *DynamoDB) read(ctx context.Context, key string, consistent bool) (Lease, error) {
-	if err := d.check(key, "", 0, false, noTTL); err != nil {
+	method := "DynamoDB.Read"
+	if !consistent {
+		method = "DynamoDB.ReadWeak"
+	}
+	if err := d.check(ctx, method, key, "", 0, false, noTTL); err != nil {
 		return Lease{}, err
 	}
 	report := capacityReport(ctx)
@@ -332,7 +339,10 @@ func (d *DynamoDB) read(ctx context.Context, key string, consistent bool) (Lease
 	return l, nil
 }
 
-func (d *DynamoDB) check(key, owner string, ttl time.Duration, needOwner bool, rule ttlRule) error {
+func (d *DynamoDB) check(ctx context.Context, method, key, owner string, ttl time.Duration, needOwner bool, rule ttlRule) error {
+	if err := checkContext(ctx, method); err != nil {
+		return err
+	}
 	if err := d.checkTable(); err != nil {
 		return err
 	}

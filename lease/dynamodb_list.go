@@ -188,6 +188,9 @@ func (d *DynamoDB) indexed(ctx context.Context) bool {
 // List implements Store, with a strongly consistent scan of the whole table. Leases come
 // sorted by key.
 func (d *DynamoDB) List(ctx context.Context) ([]Lease, error) {
+	if err := checkContext(ctx, "DynamoDB.List"); err != nil {
+		return nil, err
+	}
 	if err := d.checkTable(); err != nil {
 		return nil, err
 	}
@@ -199,6 +202,9 @@ func (d *DynamoDB) List(ctx context.Context) ([]Lease, error) {
 // the table costs less; otherwise it scans the table with a filter on the key, which DynamoDB
 // applies after reading (and billing) every item. See the top of this file.
 func (d *DynamoDB) ListPrefix(ctx context.Context, prefix string) ([]Lease, error) {
+	if err := checkContext(ctx, "DynamoDB.ListPrefix"); err != nil {
+		return nil, err
+	}
 	if err := d.checkTable(); err != nil {
 		return nil, err
 	}

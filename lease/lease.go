@@ -7,9 +7,9 @@
 // or release with what it held before: its writes report false and it stops reading that
 // shard.
 //
-// Two stores implement Store: Memory, for a single process and for tests, and DynamoDB, for
-// several processes sharing one table. Both pass the same conformance suite (package
-// leasetest).
+// Two stores implement Store: Memory, for a single process (tests, a tool run once), and
+// DynamoDB, for several processes sharing one table; kinesub.Subscribe needs one of them. Both
+// pass the same conformance suite (package leasetest).
 package lease
 
 import (
@@ -85,7 +85,9 @@ func (l Lease) Held(now time.Time) bool {
 	return l.Owner != "" && (l.Expiry.IsZero() || now.Before(l.Expiry))
 }
 
-// Store keeps leases. Implementations are safe for concurrent use.
+// Store keeps leases. Implementations are safe for concurrent use. Every method takes a
+// non-nil ctx: both stores here answer a nil one with an error wrapping ErrInvalidArgument,
+// before any I/O.
 //
 // The boolean results report ownership, not failure: false means another owner holds the
 // lease (Acquire), it changed since the caller saw it (Steal, Delete), or the caller's holding
@@ -150,9 +152,8 @@ type WeakReader interface {
 	ReadWeak(ctx context.Context, key string) (Lease, error)
 }
 
-// ErrInvalidArgument is returned, wrapped, for an empty key, owner or table name, a negative
-// TTL (or a zero one where the lease must lapse: Renew), an empty checkpoint or a negative
-// sub-sequence. Such calls do no I/O.
+// ErrInvalidArgument is returned, wrapped, for a nil context, an empty key, owner or table name,
+// or a non-positive TTL. Such calls do no I/O.
 var ErrInvalidArgument = errors.New("lease: invalid argument")
 
 // ErrTableNotFound is returned, wrapped, when the DynamoDB lease table does not exist.

@@ -10,7 +10,8 @@ import (
 )
 
 // Memory is a Store held in this process's memory, for a single process and for tests:
-// subscribers in other processes cannot see it, and nothing survives a restart. It is safe for concurrent use.
+// subscribers in other processes cannot see it, so each would read every shard. Nothing
+// survives a restart. It is safe for concurrent use.
 type Memory struct {
 	mu     sync.Mutex
 	leases map[string]*Lease
@@ -87,6 +88,9 @@ func holds(l *Lease, t Tenure) bool { return l.Owner == t.Owner && l.Counter == 
 
 // Acquire implements Store.
 func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if err := checkContext(ctx, "Memory.Acquire"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, owner, ttl, true, ttlOrZero)); err != nil {
 		return false, err
 	}
@@ -104,6 +108,9 @@ func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 
 // Steal implements Store.
 func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	if err := checkContext(ctx, "Memory.Steal"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, owner, ttl, true, ttlOrZero)); err != nil {
 		return false, err
 	}
@@ -120,6 +127,9 @@ func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, tt
 
 // Renew implements Store.
 func (m *Memory) Renew(ctx context.Context, key string, t Tenure, ttl time.Duration) (bool, error) {
+	if err := checkContext(ctx, "Memory.Renew"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, t.Owner, ttl, true, positiveTTL)); err != nil {
 		return false, err
 	}
@@ -135,6 +145,9 @@ func (m *Memory) Renew(ctx context.Context, key string, t Tenure, ttl time.Durat
 
 // Checkpoint implements Store.
 func (m *Memory) Checkpoint(ctx context.Context, key string, t Tenure, cp Checkpoint) (bool, error) {
+	if err := checkContext(ctx, "Memory.Checkpoint"); err != nil {
+		return false, err
+	}
 	if err := checkArgs(key, t.Owner, 0, true, noTTL); err != nil {
 		return false, err
 	}
@@ -156,6 +169,9 @@ func (m *Memory) Checkpoint(ctx context.Context, key string, t Tenure, cp Checkp
 
 // Read implements Store.
 func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
+	if err := checkContext(ctx, "Memory.Read"); err != nil {
+		return Lease{}, err
+	}
 	if err := ready(ctx, checkArgs(key, "", 0, false, noTTL)); err != nil {
 		return Lease{}, err
 	}
@@ -169,6 +185,9 @@ func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
 
 // Release implements Store.
 func (m *Memory) Release(ctx context.Context, key string, t Tenure) (bool, error) {
+	if err := checkContext(ctx, "Memory.Release"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, t.Owner, 0, true, noTTL)); err != nil {
 		return false, err
 	}
@@ -185,6 +204,9 @@ func (m *Memory) Release(ctx context.Context, key string, t Tenure) (bool, error
 
 // Delete implements Store.
 func (m *Memory) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	if err := checkContext(ctx, "Memory.Delete"); err != nil {
+		return false, err
+	}
 	if err := ready(ctx, checkArgs(key, "", 0, false, noTTL)); err != nil {
 		return false, err
 	}
@@ -200,6 +222,9 @@ func (m *Memory) Delete(ctx context.Context, key string, counter int64) (bool, e
 
 // List implements Store. Leases come sorted by key.
 func (m *Memory) List(ctx context.Context) ([]Lease, error) {
+	if err := checkContext(ctx, "Memory.List"); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -215,6 +240,9 @@ func (m *Memory) List(ctx context.Context) ([]Lease, error) {
 
 // ListPrefix implements PrefixLister. Leases come sorted by key.
 func (m *Memory) ListPrefix(ctx context.Context, prefix string) ([]Lease, error) {
+	if err := checkContext(ctx, "Memory.ListPrefix"); err != nil {
+		return nil, err
+	}
 	if err := ready(ctx, checkPrefix(prefix)); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,49 @@
+// Command quickstart is the smallest kinesub consumer: it reads the stream "orders", keeping
+// its leases and checkpoints in the DynamoDB table "orders-leases" (created when missing),
+// prints each record and acknowledges it. Run as many instances as you like against the same
+// table: they share the stream's shards. Ctrl-C stops it cleanly.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/gostream/kinesub"
+	"github.com/gostream/kinesub/lease"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	leases := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), "orders-leases")
+	if err := leases.EnsureTable(ctx); err != nil {
+		log.Fatal(err)
+	}
+	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), "orders", kinesub.WithLeaseStore(leases))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Close(context.Background())
+	// The loop ends when ctx is cancelled (Ctrl-C): the subscription then writes its
+	// checkpoints, releases its leases and closes Messages.
+	for msg := range sub.Messages() {
+		fmt.Printf("%s %s\n", msg.PartitionKey(), msg.Data())
+		if err := msg.Ack(ctx); err != nil {
+			log.Print(err)
+		}
+	}
+	if err := sub.Err(); err != nil {
+		log.Fatal(err)
+	}
+}
