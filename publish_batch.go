@@ -19,9 +19,10 @@ import (
 // maxCallsPerBatch bounds the PutRecords calls one PublishBatch call has in flight.
 const maxCallsPerBatch = 8
 
-// batch is the state of one PublishBatch call. Only the calling goroutine touches it; the
-// goroutines that make its PutRecords calls hand their answers back over results, and the call
-// waits for every one of them before it returns.
+// batch is the state of one PublishBatch call. Only the calling goroutine changes it; the
+// goroutines that make its PutRecords calls read only what never changes of the records they
+// carry, hand their answers back over results, and the call waits for every one of them before
+// it returns.
 type batch struct {
 	p     *Publisher
 	cfg   *publisherConfig
@@ -29,6 +30,7 @@ type batch struct {
 	keys  []*keyQueue // in the order of their first record
 	left  int         // records neither written nor failed
 	start time.Time
+	plan  *aggPlan // with WithPublishAggregation
 	runs  []keyRun // backs the runs of units of one record (oneRun)
 
 	m      *shardMap // the map the ready keys are queued by
@@ -55,6 +57,9 @@ type callResult struct {
 func (p *Publisher) publishBatch(ctx context.Context, recs []pubRecord) error {
 	b := &batch{p: p, cfg: &p.cfg, recs: recs, left: len(recs), start: time.Now(),
 		queues: map[string]*shardQueue{}, results: make(chan callResult, maxCallsPerBatch)}
+	if p.cfg.aggregate {
+		b.plan = newAggPlan()
+	}
 	// One queue per partition key, in the order of their first record, their records' indexes
 	// in one backing array: three allocations and a map, however many keys.
 	index := map[string]int{}
@@ -221,9 +226,11 @@ func (b *batch) dispatch(ctx context.Context, now time.Time) {
 	}
 }
 
-// send makes one PutRecords call of units in a goroutine of its own, bounded by the time budget.
+// send makes one PutRecords call of units in a goroutine of its own, which encodes the
+// aggregates first; the call is bounded by the time budget.
 func (b *batch) send(ctx context.Context, units []unit, now time.Time) {
 	entries := make([]types.PutRecordsRequestEntry, len(units))
+	aggregates := map[int][]*pubRecord{}
 	resent := 0
 	for i := range units {
 		u := &units[i]
@@ -232,6 +239,9 @@ func (b *batch) send(ctx context.Context, units []unit, now time.Time) {
 		for _, run := range u.runs {
 			for _, ri := range run.k.recs[:run.n] {
 				r := &b.recs[ri]
+				if u.aggregated {
+					aggregates[i] = append(aggregates[i], r)
+				}
 				if r.firstSent.IsZero() {
 					r.firstSent = now
 				}
@@ -248,6 +258,10 @@ func (b *batch) send(ctx context.Context, units []unit, now time.Time) {
 	in := &kinesis.PutRecordsInput{StreamName: b.p.ref.streamName(), StreamARN: b.p.ref.streamARN(), Records: entries}
 	b.calls++
 	b.wg.Go(func() {
+		// What encodeAggregate reads of a record (its data, keys and hash) never changes.
+		for i, recs := range aggregates {
+			entries[i].Data = encodeAggregate(recs)
+		}
 		cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
 		defer cancel()
 		out, err := b.p.client.PutRecords(cctx, in, noRetry)

@@ -190,6 +190,37 @@ func TestPublishBatchThroughReshard(t *testing.T) {
 	})
 }
 
+// TestPublishBatchAggregatedBurst: with aggregation, a shard's 1 MiB a second carries about
+// ten times as many 100-byte records as its 1,000 records a second: 40,000 records on two
+// shards are written in about two seconds, each key's records in order, none refused.
+func TestPublishBatchAggregatedBurst(t *testing.T) {
+	srv := limitedServer(t)
+	synctest.Test(t, func(t *testing.T) {
+		tr := &handlerTransport{h: srv}
+		c := inMemory(tr)
+		createStream(t, c, "agg", 2)
+		p, err := NewPublisher(c, "agg", WithPublishAggregation(true))
+		require.NoError(t, err)
+		const n, keys = 40000, 200
+		start := time.Now()
+		require.NoError(t, p.PublishBatch(t.Context(), padded(n, keys)))
+		elapsed := time.Since(start)
+		require.Zero(t, tr.refused.Load())
+		// About 106 bytes each, 4.2 MB in all: 2 MiB at once, the rest at 2 MiB a second.
+		require.Less(t, elapsed, 1500*time.Millisecond)
+		stored := map[string][]string{}
+		for _, r := range storedRecords(t, c, "agg") {
+			require.LessOrEqual(t, len(r.Data)+len(aws.ToString(r.PartitionKey)), maxRecordBytes)
+			subs, err := deaggregate(r.Data)
+			require.NoError(t, err)
+			for _, s := range subs {
+				stored[s.partitionKey] = append(stored[s.partitionKey], string(bytes.TrimRight(s.data, "\x00")))
+			}
+		}
+		checkKeyOrder(t, stored, n, keys)
+	})
+}
+
 // TestPublishBatchNeverWritesTwiceWhenThrottled: other writers spend most of each shard's
 // budget, so the service refuses much of what the publisher sends; every record is written
 // exactly once all the same (only a lost answer could make a copy).

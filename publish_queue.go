@@ -112,13 +112,15 @@ func (g *group) dueAt(sq *shardQueue) time.Time {
 	return at
 }
 
-// unit is one entry of a PutRecords call: one record.
+// unit is one entry of a PutRecords call: one record, or an aggregate of several.
 type unit struct {
 	entry types.PutRecordsRequestEntry
 	runs  []keyRun
 	sq    *shardQueue
 	size  int       // data plus partition key
 	sent  time.Time // when the call carrying it was made
+	// aggregated: an aggregate of runs' records, whose Data is encoded when the call is made
+	aggregated bool
 }
 
 // keyRun is the first n records of a key, carried by a unit.
@@ -136,7 +138,13 @@ func (b *batch) build(sq *shardQueue, now time.Time) *group {
 	g := &group{}
 	size := 0
 	for len(g.units) < maxBatchRecords {
-		u, ok := b.plainUnit(sq, groupBytes-size, now)
+		var u unit
+		var ok bool
+		if b.cfg.aggregate {
+			u, ok = b.aggregateUnit(sq, groupBytes-size, size == 0, now)
+		} else {
+			u, ok = b.plainUnit(sq, groupBytes-size, now)
+		}
 		if !ok {
 			break
 		}
@@ -205,4 +213,52 @@ func (r *pubRecord) entry() types.PutRecordsRequestEntry {
 		e.ExplicitHashKey = aws.String(r.ehk)
 	}
 	return e
+}
+
+// aggregateUnit plans an aggregated record of sq's ready records, of at most room bytes (and
+// 1 MiB): whole runs of each key's records in turn, until one does not fit. A single record is
+// sent as it is, as the KPL does, and so is one too large to aggregate when the group is empty.
+// The aggregate is encoded when the call that carries it is made.
+func (b *batch) aggregateUnit(sq *shardQueue, room int, empty bool, now time.Time) (unit, bool) {
+	a := b.plan
+	a.reset()
+	limit := min(room, maxRecordBytes)
+	var runs []keyRun
+	var first *pubRecord
+	for {
+		k := b.nextKey(sq, now)
+		if k == nil {
+			break
+		}
+		n := 0
+		for n < len(k.recs) {
+			r := &b.recs[k.recs[n]]
+			if a.size()+a.grow(r) > limit {
+				break
+			}
+			if first == nil {
+				first = r
+			}
+			a.add(r)
+			n++
+		}
+		if n == 0 {
+			break
+		}
+		runs = append(runs, b.take(sq, k, n))
+		if n < len(k.recs) {
+			break // the aggregate is full
+		}
+	}
+	switch {
+	case a.n == 0 && empty:
+		return b.plainUnit(sq, room, now)
+	case a.n == 0:
+		return unit{}, false
+	case a.n == 1 && !isAggregated(first.data):
+		return unit{entry: first.entry(), runs: runs, sq: sq, size: first.size}, true
+	}
+	return unit{runs: runs, sq: sq, size: a.size(), aggregated: true, entry: types.PutRecordsRequestEntry{
+		PartitionKey: aws.String(first.key), ExplicitHashKey: aws.String(first.hash.String()),
+	}}, true
 }

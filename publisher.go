@@ -132,7 +132,9 @@ func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byt
 //
 // Records of one partition key are stored in slice order, also when some are refused and sent
 // again: a record is sent only once every earlier record of its key is written. So a key's
-// records are written one call after the other (one round trip each).
+// records are written one call after the other (one round trip each); with
+// WithPublishAggregation, a call carries as many of a key's records as one aggregated record
+// holds.
 //
 // A refused record is sent again after its shard's backoff (WithPublishBackoff). Throttling is
 // expected and retried until the record's time budget (WithPublishTimeout) runs out; other

@@ -200,7 +200,7 @@ func TestNewPublisherValidates(t *testing.T) {
 	}{
 		{"defaults", "s", nil, ""},
 		{"full ranges", "s", []PublisherOption{WithPublishRetries(0), WithPublishBackoff(time.Millisecond, time.Millisecond), WithPublishTimeout(10 * time.Millisecond)}, ""},
-		{"upper ranges", "s", []PublisherOption{WithPublishRetries(100), WithPublishBackoff(time.Minute, 5*time.Minute), WithPublishTimeout(time.Hour)}, ""},
+		{"upper ranges", "s", []PublisherOption{WithPublishRetries(100), WithPublishBackoff(time.Minute, 5*time.Minute), WithPublishTimeout(time.Hour), WithPublishAggregation(true)}, ""},
 		{"empty stream", "", nil, "NewPublisher stream"},
 		{"stream with space", "my stream", nil, "NewPublisher stream"},
 		{"stream too long", strings.Repeat("s", 129), nil, "NewPublisher stream"},
@@ -702,6 +702,54 @@ func TestPublishBatchKeepsKeyOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkKeyOrder(t, s.stored, n, keys)
+	})
+}
+
+// TestPublishBatchAggregatedKeepsKeyOrder: the same with aggregation: an aggregate refused is
+// packed again, and no key's records are ever in two aggregates awaiting answers.
+func TestPublishBatchAggregatedKeepsKeyOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &storingFake{rng: rand.New(rand.NewPCG(3, 4)), throttle: 0.3, internal: 0.05, stored: map[string][]string{}}
+		// The fake stores user records: it deaggregates what it accepts.
+		deagg := func(call int, in []types.PutRecordsRequestEntry) (*kinesis.PutRecordsOutput, error) {
+			out, err := s.answer(call, in)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for i, e := range in {
+				if out.Records[i].ErrorCode != nil || !isAggregated(e.Data) {
+					continue
+				}
+				k := aws.ToString(e.PartitionKey)
+				s.stored[k] = s.stored[k][:len(s.stored[k])-1] // not the aggregate itself
+				subs, derr := deaggregate(e.Data)
+				if derr != nil {
+					t.Error(derr)
+				}
+				for _, sub := range subs {
+					s.stored[sub.partitionKey] = append(s.stored[sub.partitionKey], string(sub.data))
+				}
+			}
+			return out, err
+		}
+		p := newFakePublisher(t, &fakeKinesis{putRecords: deagg}, WithPublishAggregation(true), WithPublishBackoff(time.Millisecond, 50*time.Millisecond))
+		const n, keys = 20000, 40
+		recs := keyedRecords(n, keys)
+		for i := range recs {
+			recs[i].Data = append(recs[i].Data, make([]byte, 100-len(recs[i].Data))...)
+		}
+		if err := p.PublishBatch(t.Context(), recs); err != nil {
+			t.Fatal(err)
+		}
+		for k, ps := range s.stored {
+			for i := range ps {
+				ps[i] = strings.TrimRight(ps[i], "\x00")
+			}
+			s.stored[k] = ps
+		}
+		checkKeyOrder(t, s.stored, n, keys)
+		if f := p.shards.mispredicted.Load(); f != 0 {
+			t.Errorf("%d records mispredicted", f)
+		}
 	})
 }
 
