@@ -20,11 +20,15 @@
 //     state: listing the whole table every claim tick, against the change row with a filtered
 //     Scan of the table, against the change row with the lease_stream index;
 //   - with -startup, the time from Subscribe to every shard of a 1,000-shard stream held and
-//     delivering, with 1 and 3 instances, and the heap per held shard.
+//     delivering, with 1 and 3 instances, and the heap per held shard;
+//   - publishing on kinesistest enforcing the service's write limits (a child process): a
+//     burst from concurrent PublishBatch calls against the time the limits allow, aggregation
+//     against none, and the publisher's CPU per record against a raw PutRecords loop.
 //
 // It needs the local servers that `make bench` starts (AWS_ENDPOINT_URL_KINESIS and
 // AWS_ENDPOINT_URL_DYNAMODB, checked to be on loopback, so it never touches real AWS). Run it
-// with `make bench`.
+// with `make bench`; -only runs some sections (make bench BENCHFLAGS=-only=publish). A section
+// that cannot run says why, and the others still run.
 package main
 
 import (
@@ -52,7 +56,7 @@ var (
 	inProcess   = flag.Bool("inprocess", true, "run the in-process go benchmarks")
 	endToEnd    = flag.Bool("e2e", true, "run the end-to-end passes on the local Kinesis server")
 	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the end-to-end kinesub passes to this file")
-	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, startup")
+	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, startup, publish")
 	pollEvery   = 20 * time.Millisecond
 	passTimeout = 3 * time.Minute
 )
@@ -87,6 +91,7 @@ var sections = []section{
 	{"latency", latency, latencyFigures},
 	{"leasecost", leaseCost, leaseCostFigures},
 	{"startup", startup, startupFigures},
+	{"publish", publishFigs, publishFigures},
 }
 
 func run() error {
@@ -100,7 +105,7 @@ func run() error {
 			delete(unknown, sec.name)
 		}
 		if len(unknown) > 0 {
-			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, startup", *only, slices.Sorted(maps.Keys(unknown)))
+			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, startup, publish", *only, slices.Sorted(maps.Keys(unknown)))
 		}
 	}
 	// An endpoint that is set must be local; the sections that need one check it is set.
