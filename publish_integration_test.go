@@ -157,13 +157,13 @@ func aggregatedBatch() []Record {
 	return recs
 }
 
-// bigBatch is two records that fill one aggregate to within a few bytes of 1 MiB, and one too
-// large for any aggregate.
+// bigBatch is two records that fill one aggregate to within a few bytes of 1 MiB (the second
+// crosses the size at which an aggregate takes no more), and one too large for any aggregate.
 func bigBatch() []Record {
-	half := (maxRecordBytes - 200) / 2
+	small := 200_000
 	return []Record{
-		{PartitionKey: "big", Data: append([]byte("big/0"), bytes.Repeat([]byte("a"), half-5)...)},
-		{PartitionKey: "big", Data: append([]byte("big/1"), bytes.Repeat([]byte("b"), half-5)...)},
+		{PartitionKey: "big", Data: append([]byte("big/0"), bytes.Repeat([]byte("a"), small-5)...)},
+		{PartitionKey: "big", Data: append([]byte("big/1"), bytes.Repeat([]byte("b"), maxRecordBytes-200-small-5)...)},
 		{PartitionKey: "huge", Data: append([]byte("huge/0"), bytes.Repeat([]byte("c"), maxRecordBytes-10)...)},
 	}
 }
