@@ -63,6 +63,18 @@ func limitedServer(t *testing.T) *kinesistest.Server {
 	return srv
 }
 
+// limitedStream creates a stream of shards on srv, inside the test's bubble, and returns a
+// transport counting what the server refuses, a client through it and a Publisher of the stream.
+func limitedStream(t *testing.T, srv *kinesistest.Server, name string, shards int32, opts ...PublisherOption) (*handlerTransport, *kinesis.Client, *Publisher) {
+	t.Helper()
+	tr := &handlerTransport{h: srv}
+	c := inMemory(tr)
+	createStream(t, c, name, shards)
+	p, err := NewPublisher(c, name, opts...)
+	require.NoError(t, err)
+	return tr, c, p
+}
+
 func createStream(t *testing.T, c *kinesis.Client, name string, shards int32) {
 	t.Helper()
 	_, err := c.CreateStream(t.Context(), &kinesis.CreateStreamInput{StreamName: aws.String(name), ShardCount: aws.Int32(shards)})
@@ -121,11 +133,7 @@ func padded(n, keys int) []Record {
 func TestPublishBatchBurstAtTheStreamsPace(t *testing.T) {
 	srv := limitedServer(t)
 	synctest.Test(t, func(t *testing.T) {
-		tr := &handlerTransport{h: srv}
-		c := inMemory(tr)
-		createStream(t, c, "burst", 2)
-		p, err := NewPublisher(c, "burst")
-		require.NoError(t, err)
+		tr, c, p := limitedStream(t, srv, "burst", 2)
 		const calls, per, keys = 4, 2000, 50
 		all := padded(calls*per, calls*keys)
 		start := time.Now()
@@ -158,11 +166,7 @@ func TestPublishBatchBurstAtTheStreamsPace(t *testing.T) {
 func TestPublishBatchThroughReshard(t *testing.T) {
 	srv := limitedServer(t)
 	synctest.Test(t, func(t *testing.T) {
-		tr := &handlerTransport{h: srv}
-		c := inMemory(tr)
-		createStream(t, c, "reshard", 1)
-		p, err := NewPublisher(c, "reshard", WithPublishBackoff(10*time.Millisecond, 100*time.Millisecond))
-		require.NoError(t, err)
+		tr, c, p := limitedStream(t, srv, "reshard", 1, WithPublishBackoff(10*time.Millisecond, 100*time.Millisecond))
 		const n, keys = 8000, 300
 		var wg sync.WaitGroup
 		wg.Go(func() {
@@ -196,11 +200,7 @@ func TestPublishBatchThroughReshard(t *testing.T) {
 func TestPublishBatchAggregatedBurst(t *testing.T) {
 	srv := limitedServer(t)
 	synctest.Test(t, func(t *testing.T) {
-		tr := &handlerTransport{h: srv}
-		c := inMemory(tr)
-		createStream(t, c, "agg", 2)
-		p, err := NewPublisher(c, "agg", WithPublishAggregation(true))
-		require.NoError(t, err)
+		tr, c, p := limitedStream(t, srv, "agg", 2, WithPublishAggregation(true))
 		const n, keys = 40000, 200
 		start := time.Now()
 		require.NoError(t, p.PublishBatch(t.Context(), padded(n, keys)))
@@ -227,11 +227,7 @@ func TestPublishBatchAggregatedBurst(t *testing.T) {
 func TestPublishBatchNeverWritesTwiceWhenThrottled(t *testing.T) {
 	srv := limitedServer(t)
 	synctest.Test(t, func(t *testing.T) {
-		tr := &handlerTransport{h: srv}
-		c := inMemory(tr)
-		createStream(t, c, "shared", 1)
-		p, err := NewPublisher(c, "shared", WithPublishBackoff(10*time.Millisecond, 200*time.Millisecond))
-		require.NoError(t, err)
+		tr, c, p := limitedStream(t, srv, "shared", 1, WithPublishBackoff(10*time.Millisecond, 200*time.Millisecond))
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Go(func() { // another producer: 600 records a second of another key
@@ -250,7 +246,7 @@ func TestPublishBatchNeverWritesTwiceWhenThrottled(t *testing.T) {
 			}
 		})
 		const n, keys = 3000, 60
-		err = p.PublishBatch(t.Context(), padded(n, keys))
+		err := p.PublishBatch(t.Context(), padded(n, keys))
 		close(stop)
 		wg.Wait()
 		require.NoError(t, err)

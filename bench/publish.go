@@ -205,16 +205,22 @@ func publishPass(ctx context.Context, client *kinesis.Client, stream string, n, 
 	if err != nil {
 		return pass{}, err
 	}
-	recs := benchRecords(n, calls, keys)
+	return concurrentPass(ctx, benchRecords(n, calls, keys), pub.PublishBatch)
+}
+
+// concurrentPass runs write on each slice of recs in a goroutine of its own, timing them all.
+func concurrentPass(ctx context.Context, recs [][]kinesub.Record, write func(context.Context, []kinesub.Record) error) (pass, error) {
 	runtime.GC()
-	errs := make([]error, calls)
+	errs := make([]error, len(recs))
 	var wg sync.WaitGroup
+	n := 0
 	start, cpu0 := time.Now(), cpuTime()
-	for c := range calls {
+	for c := range recs {
+		n += len(recs[c])
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, passTimeout)
 			defer cancel()
-			errs[c] = pub.PublishBatch(pctx, recs[c])
+			errs[c] = write(pctx, recs[c])
 		})
 	}
 	wg.Wait()
@@ -224,38 +230,27 @@ func publishPass(ctx context.Context, client *kinesis.Client, stream string, n, 
 // rawPublishPass writes n records from calls goroutines, each a loop of PutRecords calls of
 // 500 records that resends what was refused.
 func rawPublishPass(ctx context.Context, client *kinesis.Client, stream string, n, calls int) (pass, error) {
-	recs := benchRecords(n, calls, publishKeys)
-	runtime.GC()
-	errs := make([]error, calls)
-	var wg sync.WaitGroup
-	start, cpu0 := time.Now(), cpuTime()
-	for c := range calls {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, passTimeout)
-			defer cancel()
-			var entries []types.PutRecordsRequestEntry
-			for _, r := range recs[c] {
-				entries = append(entries, types.PutRecordsRequestEntry{PartitionKey: aws.String(r.PartitionKey), Data: r.Data})
+	return concurrentPass(ctx, benchRecords(n, calls, publishKeys), func(ctx context.Context, recs []kinesub.Record) error {
+		var entries []types.PutRecordsRequestEntry
+		for _, r := range recs {
+			entries = append(entries, types.PutRecordsRequestEntry{PartitionKey: aws.String(r.PartitionKey), Data: r.Data})
+		}
+		for len(entries) > 0 {
+			chunk := entries[:min(500, len(entries))]
+			out, err := client.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String(stream), Records: chunk})
+			if err != nil {
+				return err
 			}
-			for len(entries) > 0 {
-				chunk := entries[:min(500, len(entries))]
-				out, err := client.PutRecords(pctx, &kinesis.PutRecordsInput{StreamName: aws.String(stream), Records: chunk})
-				if err != nil {
-					errs[c] = err
-					return
+			var again []types.PutRecordsRequestEntry
+			for i, r := range out.Records {
+				if r.ErrorCode != nil {
+					again = append(again, chunk[i])
 				}
-				var again []types.PutRecordsRequestEntry
-				for i, r := range out.Records {
-					if r.ErrorCode != nil {
-						again = append(again, chunk[i])
-					}
-				}
-				entries = append(again, entries[len(chunk):]...)
 			}
-		})
-	}
-	wg.Wait()
-	return pass{wall: time.Since(start), cpu: cpuTime() - cpu0, records: n}, errors.Join(errs...)
+			entries = append(again, entries[len(chunk):]...)
+		}
+		return nil
+	})
 }
 
 // countRefusals returns a client like c whose PutRecords answers are counted: refused gets the
