@@ -74,11 +74,12 @@ func WithPublishTimeout(d time.Duration) PublisherOption {
 // counted: a throttled record is resent until WithPublishTimeout runs out.
 func WithPublishRetries(n int) PublisherOption { return func(c *publisherConfig) { c.retries = n } }
 
-// WithPublishBackoff sets how long a shard waits after a refusal before PublishBatch sends to
-// it again, overriding the defaults 100ms and 5s: after the n-th refusal in a row a random time
-// between min and min×2ⁿ⁻¹, capped at max; the randomness spreads out publishers that were
-// throttled together. Only the refused shard waits. min ranges from 1ms to 1m, max from min to
-// 5m.
+// WithPublishBackoff sets how long a shard waits after refusals in a row (with no record
+// written in between) before PublishBatch sends to it again, overriding the defaults 100ms and
+// 5s: after the n-th such refusal a random time between min and min×2ⁿ⁻¹, capped at max; the
+// randomness spreads out publishers that were refused together. A throttle right after a write
+// does not count: the pacer already sends at the shard's pace, and only books the refused
+// records again. Only the refused shard waits. min ranges from 1ms to 1m, max from min to 5m.
 func WithPublishBackoff(min, max time.Duration) PublisherOption {
 	return func(c *publisherConfig) { c.backoffMin, c.backoffMax = min, max }
 }

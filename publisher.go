@@ -136,9 +136,10 @@ func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byt
 // WithPublishAggregation, a call carries as many of a key's records as one aggregated record
 // holds.
 //
-// A refused record is sent again after its shard's backoff (WithPublishBackoff). Throttling is
-// expected and retried until the record's time budget (WithPublishTimeout) runs out; other
-// refusals, and calls whose answer was lost, at most WithPublishRetries times. When a record
+// A refused record goes back to the front of its key's queue and is booked again in its
+// shard's pacer; a shard that refuses again before writing anything pauses (WithPublishBackoff).
+// Throttling is expected and retried until the record's time budget (WithPublishTimeout) runs
+// out; other refusals, and calls whose answer was lost, at most WithPublishRetries times. When a record
 // fails, the later records of its key fail with it unsent, so that resending the failed ones
 // keeps the key's order. The Publisher writes a record twice only when it resent it after the
 // answer to a call that carried it was lost; the metric kinesub.publish.unconfirmed_resends
