@@ -55,9 +55,10 @@ var (
 	// own. Any other Seek error leaves the shards it names where they were.
 	ErrSeekPending = errors.New("kinesub: seek applied, shard still reopening")
 	// ErrInvalidRecord is wrapped by the error for a record that Kinesis would refuse: a partition
-	// key that is not 1 to 256 characters of valid UTF-8, a header the envelope cannot carry (the
-	// error also wraps ErrInvalidHeader), or more than 1 MiB of data, envelope and partition key.
-	// Publish and PublishBatch check every record before sending anything.
+	// key that is not 1 to 256 UTF-16 code units of valid UTF-8 (as the service counts: an emoji
+	// counts twice), an explicit hash key outside 0 to 2^128-1, a header the envelope cannot
+	// carry (the error also wraps ErrInvalidHeader), or more than 1 MiB of data, envelope and
+	// partition key. Publish and PublishBatch check every record before sending anything.
 	ErrInvalidRecord = errors.New("kinesub: invalid record")
 	// ErrInvalidHeader is wrapped by the error for a header that the envelope cannot carry: an empty
 	// name, a name containing ':' or '\n', a value containing '\n', a name or value beginning or

@@ -8,6 +8,7 @@ import (
 	"os"
 	"reflect"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
@@ -151,11 +152,12 @@ func WithLeaseStore(s lease.Store) Option {
 }
 
 // WithOwner sets the name this subscriber writes into the leases it holds. The default is
-// "<hostname>-<pid>-<random>". Two live subscribers must never share a name. Empty is rejected.
+// "<hostname>-<pid>-<random>". Two live subscribers must never share a name. The name must be
+// 1 to 256 characters (Unicode code points) of valid UTF-8.
 func WithOwner(owner string) Option {
 	return func(c *config) {
-		if owner == "" || len(owner) > 256 {
-			c.reject("WithOwner", fmt.Sprintf("%q", owner), "must be 1 to 256 characters")
+		if n := utf8.RuneCountInString(owner); n < 1 || n > 256 || !utf8.ValidString(owner) {
+			c.reject("WithOwner", fmt.Sprintf("%q", owner), "must be 1 to 256 characters of valid UTF-8")
 			return
 		}
 		c.owner = owner

@@ -44,6 +44,8 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 		{WithLeaseStore(nil), "WithLeaseStore"},
 		{WithOwner(""), "WithOwner"},
 		{WithOwner(strings.Repeat("x", 257)), "WithOwner"},
+		{WithOwner(strings.Repeat("é", 257)), "WithOwner"},
+		{WithOwner("owner-\xff"), "WithOwner"},
 		{WithLogger(nil), "WithLogger"},
 		{WithCheckpointInterval(-time.Second), "WithCheckpointInterval"},
 		{WithMaxInFlight(0), "WithMaxInFlight"},
@@ -69,6 +71,19 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 				t.Errorf("error %q does not name %s and its range", err, tc.name)
 			}
 		})
+	}
+}
+
+// TestWithOwnerCountsCharacters: WithOwner takes what its documentation says, 1 to 256
+// characters, however many bytes each takes.
+func TestWithOwnerCountsCharacters(t *testing.T) {
+	for _, owner := range []string{"o", strings.Repeat("x", 256), strings.Repeat("é", 256), strings.Repeat("😀", 256)} {
+		cfg := defaultConfig()
+		WithLeaseStore(lease.NewMemory())(&cfg)
+		WithOwner(owner)(&cfg)
+		if err := cfg.validate(); err != nil || cfg.owner != owner {
+			t.Errorf("WithOwner(%d characters, %d bytes): %v", len([]rune(owner)), len(owner), err)
+		}
 	}
 }
 

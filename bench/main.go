@@ -20,16 +20,21 @@
 //     state: listing the whole table every claim tick, against the change row with a filtered
 //     Scan of the table, against the change row with the lease_stream index;
 //   - with -startup, the time from Subscribe to every shard of a 1,000-shard stream held and
-//     delivering, with 1 and 3 instances, and the heap per held shard.
+//     delivering, with 1 and 3 instances, and the heap per held shard;
+//   - publishing on kinesistest enforcing the service's write limits (a child process): a
+//     burst from concurrent PublishBatch calls against the time the limits allow, aggregation
+//     against none, and the publisher's CPU per record against a raw PutRecords loop.
 //
 // It needs the local servers that `make bench` starts (AWS_ENDPOINT_URL_KINESIS and
 // AWS_ENDPOINT_URL_DYNAMODB, checked to be on loopback, so it never touches real AWS). Run it
-// with `make bench`.
+// with `make bench`; -only runs some sections (make bench BENCHFLAGS=-only=publish). A section
+// that cannot run says why, and the others still run.
 package main
 
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
@@ -51,6 +56,7 @@ var (
 	inProcess   = flag.Bool("inprocess", true, "run the in-process go benchmarks")
 	endToEnd    = flag.Bool("e2e", true, "run the end-to-end passes on the local Kinesis server")
 	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the end-to-end kinesub passes to this file")
+	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, startup, publish")
 	pollEvery   = 20 * time.Millisecond
 	passTimeout = 3 * time.Minute
 )
@@ -70,45 +76,84 @@ func main() {
 	}
 }
 
+// section is one part of the figures: a failure is reported and the next section runs.
+type section struct {
+	name string // for -only
+	on   *bool
+	run  func() error
+}
+
+var sections = []section{
+	{"inprocess", inProcess, inProcessFigures},
+	{"e2e", endToEnd, endToEndFigures},
+	{"kinesistest", endToEnd, serverFigures},
+	{"limits", endToEnd, limitFigures},
+	{"latency", latency, latencyFigures},
+	{"leasecost", leaseCost, leaseCostFigures},
+	{"startup", startup, startupFigures},
+	{"publish", publishFigs, publishFigures},
+}
+
 func run() error {
-	if *endToEnd {
-		if err := testenv.CheckLoopback(os.Getenv(testenv.KinesisEndpointVar)); err != nil {
-			return fmt.Errorf("%s: %v; run `make bench`, which starts the local servers and sets it", testenv.KinesisEndpointVar, err)
+	if *only != "" {
+		onlySet = map[string]bool{}
+		for _, name := range strings.Split(*only, ",") {
+			onlySet[strings.TrimSpace(name)] = true
+		}
+		unknown := maps.Clone(onlySet)
+		for _, sec := range sections {
+			delete(unknown, sec.name)
+		}
+		if len(unknown) > 0 {
+			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, startup, publish", *only, slices.Sorted(maps.Keys(unknown)))
 		}
 	}
-	// An endpoint that is set must be local; the lease-cost pass checks it is set.
-	if v := os.Getenv(testenv.DynamoDBEndpointVar); v != "" {
-		if err := testenv.CheckLoopback(v); err != nil {
-			return fmt.Errorf("%s: %v", testenv.DynamoDBEndpointVar, err)
+	// An endpoint that is set must be local; the sections that need one check it is set.
+	for _, v := range []string{testenv.KinesisEndpointVar, testenv.DynamoDBEndpointVar} {
+		if e := os.Getenv(v); e != "" {
+			if err := testenv.CheckLoopback(e); err != nil {
+				return fmt.Errorf("%s: %v", v, err)
+			}
 		}
 	}
 	fmt.Println("kinesub benchmarks: every figure is a ratio against a baseline measured in the same run")
 	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s, %s %s/%s\n\n",
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), cpuModel(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-	if *inProcess {
-		if err := inProcessFigures(); err != nil {
-			return err
+	var failed []string
+	for _, sec := range sections {
+		if onlySet != nil && !onlySet[sec.name] || onlySet == nil && !*sec.on {
+			continue
+		}
+		if err := sec.safeRun(); err != nil {
+			// Say why, and go on: the other sections' figures still mean something.
+			fmt.Printf("\n!! section %s could not run to its end: %v\n", sec.name, err)
+			failed = append(failed, sec.name)
 		}
 	}
-	if *endToEnd {
-		if err := endToEndFigures(); err != nil {
-			return err
-		}
+	if len(failed) > 0 {
+		return fmt.Errorf("sections that could not run to their end: %s (see above)", strings.Join(failed, ", "))
 	}
-	if *latency {
-		if err := latencyFigures(); err != nil {
-			return err
+	return nil
+}
+
+// safeRun runs the section, turning a panic into its error.
+func (sec section) safeRun() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
 		}
-	}
-	if *leaseCost {
-		if err := leaseCostFigures(); err != nil {
-			return err
-		}
-	}
-	if *startup {
-		if err := startupFigures(); err != nil {
-			return err
-		}
+	}()
+	return sec.run()
+}
+
+// onlySet holds the sections -only names, which run whatever their own flags say; nil runs
+// every section whose flag is on.
+var onlySet map[string]bool
+
+// needKinesis checks that the local Kinesis server the section reads is configured.
+func needKinesis() error {
+	if err := testenv.CheckLoopback(os.Getenv(testenv.KinesisEndpointVar)); err != nil {
+		return fmt.Errorf("%s: %v; run `make bench`, which starts the local servers and sets it", testenv.KinesisEndpointVar, err)
 	}
 	return nil
 }

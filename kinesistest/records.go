@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"regexp"
 	"strconv"
 	"time"
+	"unicode/utf16"
 )
 
 const (
@@ -57,17 +59,34 @@ type putEntry struct {
 	ExplicitHashKey string
 }
 
+// explicitHashKeyPattern is the service's pattern for an explicit hash key.
+var explicitHashKeyPattern = regexp.MustCompile(`^(0|[1-9]\d{0,38})$`)
+
+// keyLength is the length of a partition key as the service measures it, in UTF-16 code units
+// (as Java's String.length, the Java KPL and kinesalite count): a character outside the Basic
+// Multilingual Plane, such as an emoji, counts twice.
+func keyLength(s string) int {
+	n := 0
+	for _, r := range s {
+		n += utf16.RuneLen(r)
+	}
+	return n
+}
+
 // check validates an entry as the service does and returns its hash key.
 func (e *putEntry) check(field string) (*big.Int, *apiError) {
-	if n := len(e.PartitionKey); n < 1 || n > 256 {
+	if n := keyLength(e.PartitionKey); n < 1 || n > 256 {
 		return nil, errValidation("1 validation error detected: Value at '%spartitionKey' failed to satisfy constraint: Member must have length between 1 and 256", field)
 	}
 	if len(e.Data)+len(e.PartitionKey) > maxRecordSize {
 		return nil, errValidation("1 validation error detected: Value at '%sdata' failed to satisfy constraint: Member must have length less than or equal to %d", field, maxRecordSize)
 	}
 	if e.ExplicitHashKey != "" {
+		if !explicitHashKeyPattern.MatchString(e.ExplicitHashKey) {
+			return nil, errValidation("1 validation error detected: Value '%s' at '%sexplicitHashKey' failed to satisfy constraint: Member must satisfy regular expression pattern: 0|([1-9]\\d{0,38})", e.ExplicitHashKey, field)
+		}
 		k, ok := new(big.Int).SetString(e.ExplicitHashKey, 10)
-		if !ok || k.Sign() < 0 || k.Cmp(maxHashKey) > 0 {
+		if !ok || k.Cmp(maxHashKey) > 0 {
 			return nil, errInvalid("Invalid ExplicitHashKey. ExplicitHashKey must be in the range: [0, 2^128-1]. Specified value was %s", e.ExplicitHashKey)
 		}
 		return k, nil

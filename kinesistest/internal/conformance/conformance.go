@@ -47,6 +47,8 @@ func Run(t *testing.T, b Backend) {
 		{"InvalidIterator", testInvalidIterator},
 		{"ForeignSequenceNumber", testForeignSequenceNumber},
 		{"PutRecordsTooMany", testPutRecordsTooMany},
+		{"PartitionKeyLength", testPartitionKeyLength},
+		{"ExplicitHashKeyRange", testExplicitHashKeyRange},
 		{"SplitShard", testSplitShard},
 		{"MergeShards", testMergeShards},
 		{"ClosedShardEnds", testClosedShardEnds},
@@ -63,24 +65,25 @@ func Run(t *testing.T, b Backend) {
 		name string
 		fn   func(*testing.T, Backend)
 	}{
-		{"ChildShards", testChildShards},               // kinesalite returns no ChildShards
-		{"UpdateShardCount", testUpdateShardCount},     // kinesalite has no UpdateShardCount
-		{"MillisBehindLatest", testMillisBehindLatest}, // kinesalite always answers 0
-		{"ExpiredIterator", testExpiredIterator},       // kinesalite's lifetime is a fixed 5 minutes
-		{"ListShardsPages", testListShardsPages},       // kinesalite ignores MaxResults and crashes on NextToken alone
-		{"ListShardsFilter", testListShardsFilter},     // kinesalite ignores ShardFilter
-		{"ListStreamsPages", testListStreamsPages},     // kinesalite has no ListStreams NextToken
-		{"ThrottleReads", testThrottleReads},           // kinesalite never throttles
-		{"ThrottleWrites", testThrottleWrites},         // kinesalite never throttles
-		{"Faults", testFaults},                         // kinesalite has no fault injection
-		{"Consumers", testConsumers},                   // kinesalite has no enhanced fan-out
-		{"SubscribeToShard", testSubscribeToShard},     // kinesalite has no enhanced fan-out
-		{"SubscribeTakeover", testSubscribeTakeover},   // kinesalite has no enhanced fan-out
-		{"SubscribeRate", testSubscribeRate},           // kinesalite has no enhanced fan-out
-		{"SubscribeShardEnd", testSubscribeShardEnd},   // kinesalite has no enhanced fan-out
-		{"SubscribeLifetime", testSubscribeLifetime},   // kinesalite has no enhanced fan-out
-		{"SubscribeFaults", testSubscribeFaults},       // kinesalite has no enhanced fan-out; the faults are kinesistest's own
-		{"StreamARNRequests", testStreamARNRequests},   // kinesalite needs a StreamName
+		{"ChildShards", testChildShards},                       // kinesalite returns no ChildShards
+		{"UpdateShardCount", testUpdateShardCount},             // kinesalite has no UpdateShardCount
+		{"MillisBehindLatest", testMillisBehindLatest},         // kinesalite always answers 0
+		{"ExpiredIterator", testExpiredIterator},               // kinesalite's lifetime is a fixed 5 minutes
+		{"ListShardsPages", testListShardsPages},               // kinesalite ignores MaxResults and crashes on NextToken alone
+		{"ListShardsFilter", testListShardsFilter},             // kinesalite ignores ShardFilter
+		{"ListStreamsPages", testListStreamsPages},             // kinesalite has no ListStreams NextToken
+		{"ThrottleReads", testThrottleReads},                   // kinesalite never throttles
+		{"ThrottleWrites", testThrottleWrites},                 // kinesalite never throttles
+		{"Faults", testFaults},                                 // kinesalite has no fault injection
+		{"Consumers", testConsumers},                           // kinesalite has no enhanced fan-out
+		{"SubscribeToShard", testSubscribeToShard},             // kinesalite has no enhanced fan-out
+		{"SubscribeTakeover", testSubscribeTakeover},           // kinesalite has no enhanced fan-out
+		{"SubscribeRate", testSubscribeRate},                   // kinesalite has no enhanced fan-out
+		{"SubscribeShardEnd", testSubscribeShardEnd},           // kinesalite has no enhanced fan-out
+		{"SubscribeLifetime", testSubscribeLifetime},           // kinesalite has no enhanced fan-out
+		{"SubscribeFaults", testSubscribeFaults},               // kinesalite has no enhanced fan-out; the faults are kinesistest's own
+		{"StreamARNRequests", testStreamARNRequests},           // kinesalite needs a StreamName
+		{"ExplicitHashKeyPattern", testExplicitHashKeyPattern}, // kinesalite's pattern is unanchored: it takes "01" and "-1" as numbers
 	}
 	for _, tc := range only {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, b) })

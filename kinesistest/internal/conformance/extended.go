@@ -312,3 +312,14 @@ func testStreamARNRequests(t *testing.T, b Backend) {
 		t.Fatalf("ListShards by ARN: %v, %d shards", err, len(out.Shards))
 	}
 }
+
+// testExplicitHashKeyPattern: an explicit hash key must match the service's pattern,
+// 0|([1-9]\d{0,38}): no sign, no leading zeros, digits only.
+func testExplicitHashKeyPattern(t *testing.T, b Backend) {
+	c := b.Client(t)
+	name := newStream(t, c, 1)
+	for _, ehk := range []string{"-1", "+1", "01", "x1", "1 "} {
+		_, err := c.PutRecord(ctx(t), &kinesis.PutRecordInput{StreamName: aws.String(name), Data: []byte("x"), PartitionKey: aws.String("k"), ExplicitHashKey: aws.String(ehk)})
+		wantCode(t, err, "ValidationException")
+	}
+}

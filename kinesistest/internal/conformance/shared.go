@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -254,6 +255,38 @@ func testPutRecordsTooMany(t *testing.T, c *kinesis.Client) {
 	}
 	_, err := c.PutRecords(ctx(t), &kinesis.PutRecordsInput{StreamName: aws.String(name), Records: entries})
 	wantCode(t, err, "ValidationException")
+}
+
+// testPartitionKeyLength: a partition key is 1 to 256 UTF-16 code units, as the service and
+// the Java KPL count them: 256 two-byte characters and 128 emoji (two units each, four bytes)
+// are taken, 129 emoji and 257 characters are refused.
+func testPartitionKeyLength(t *testing.T, c *kinesis.Client) {
+	name := newStream(t, c, 1)
+	for _, k := range []string{strings.Repeat("é", 256), strings.Repeat("😀", 128), strings.Repeat("k", 254) + "😀"} {
+		if _, err := c.PutRecord(ctx(t), &kinesis.PutRecordInput{StreamName: aws.String(name), Data: []byte("x"), PartitionKey: aws.String(k)}); err != nil {
+			t.Errorf("PutRecord with a key of %d bytes: %v", len(k), err)
+		}
+		putRecords(t, c, name, k)
+	}
+	for _, k := range []string{strings.Repeat("😀", 129), strings.Repeat("k", 257), strings.Repeat("k", 255) + "😀"} {
+		_, err := c.PutRecord(ctx(t), &kinesis.PutRecordInput{StreamName: aws.String(name), Data: []byte("x"), PartitionKey: aws.String(k)})
+		wantCode(t, err, "ValidationException")
+		_, err = c.PutRecords(ctx(t), &kinesis.PutRecordsInput{StreamName: aws.String(name), Records: []types.PutRecordsRequestEntry{{Data: []byte("x"), PartitionKey: aws.String(k)}}})
+		wantCode(t, err, "ValidationException")
+	}
+}
+
+// testExplicitHashKeyRange: an explicit hash key from 0 to 2^128-1 is taken, one above is
+// InvalidArgumentException.
+func testExplicitHashKeyRange(t *testing.T, c *kinesis.Client) {
+	name := newStream(t, c, 1)
+	for _, ehk := range []string{"0", "340282366920938463463374607431768211455"} {
+		if _, err := c.PutRecord(ctx(t), &kinesis.PutRecordInput{StreamName: aws.String(name), Data: []byte("x"), PartitionKey: aws.String("k"), ExplicitHashKey: aws.String(ehk)}); err != nil {
+			t.Errorf("explicit hash key %s: %v", ehk, err)
+		}
+	}
+	_, err := c.PutRecord(ctx(t), &kinesis.PutRecordInput{StreamName: aws.String(name), Data: []byte("x"), PartitionKey: aws.String("k"), ExplicitHashKey: aws.String("340282366920938463463374607431768211456")})
+	wantCode(t, err, "InvalidArgumentException")
 }
 
 func testSplitShard(t *testing.T, c *kinesis.Client) {

@@ -1,0 +1,80 @@
+package kinesub
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAggregatePlanMatchesEncoding: the size a plan counts is exactly what the encoded aggregate
+// takes against the service's limits (its data and partition key), so an aggregate planned to
+// fit 1 MiB does; and kinesub's deaggregator reads every user record back: its key, its data
+// (with the envelope) and its explicit hash key, in order.
+func TestAggregatePlanMatchesEncoding(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	plan := newAggPlan()
+	for round := range 200 {
+		plan.reset()
+		var recs []*pubRecord
+		for range 1 + rng.IntN(300) {
+			key := "k" + strconv.Itoa(rng.IntN(20))
+			if rng.IntN(10) == 0 {
+				key = strings.Repeat("é", 1+rng.IntN(200)) // keys of up to 400 bytes
+			}
+			r := &pubRecord{key: key, data: bytes.Repeat([]byte{byte(round)}, rng.IntN(400))}
+			if rng.IntN(4) == 0 {
+				r.ehk = strconv.FormatUint(rng.Uint64(), 10)
+				if rng.IntN(2) == 0 {
+					r.ehk = "0"
+				}
+			}
+			if rng.IntN(5) == 0 {
+				enc, err := encodeEnvelope(map[string]string{"n": strconv.Itoa(round)}, r.data)
+				require.NoError(t, err)
+				r.data = enc
+			}
+			grow := plan.grow(r)
+			before := plan.size()
+			plan.add(r)
+			require.Equal(t, before+grow, plan.size(), "grow and add disagree")
+			recs = append(recs, r)
+		}
+		data := encodeAggregate(recs)
+		require.Equal(t, plan.size(), len(data)+len(recs[0].key), "round %d: planned and encoded sizes differ", round)
+		subs, err := deaggregate(data)
+		require.NoError(t, err)
+		require.Len(t, subs, len(recs))
+		ehks := explicitHashKeys(t, data)
+		for i, r := range recs {
+			require.Equal(t, r.key, subs[i].partitionKey)
+			require.Equal(t, r.data, subs[i].data)
+			require.Equal(t, r.ehk, ehks[i])
+		}
+	}
+}
+
+// TestAggregateAtTheLimit: records that fill an aggregate to exactly 1 MiB (data and partition
+// key) fit, and read back.
+func TestAggregateAtTheLimit(t *testing.T) {
+	plan := newAggPlan()
+	a := &pubRecord{key: "a", data: make([]byte, 500_000)}
+	plan.add(a)
+	b := &pubRecord{key: "b"}
+	for n := maxRecordBytes - plan.size(); ; n-- { // the largest record that fits
+		b.data = make([]byte, n)
+		if plan.size()+plan.grow(b) <= maxRecordBytes {
+			break
+		}
+	}
+	plan.add(b)
+	require.InDelta(t, maxRecordBytes, plan.size(), 4, "a varint's byte more would not fit")
+	data := encodeAggregate([]*pubRecord{a, b})
+	require.Equal(t, plan.size(), len(data)+len(a.key))
+	subs, err := deaggregate(data)
+	require.NoError(t, err)
+	require.Equal(t, []subRecord{{"a", a.data}, {"b", b.data}}, subs)
+}

@@ -1,0 +1,121 @@
+package kinesub
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// PublisherOption configures NewPublisher. Options are validated before any I/O; an invalid
+// value makes NewPublisher return an error wrapping ErrInvalidOption that names the option and
+// its range.
+type PublisherOption func(*publisherConfig)
+
+type publisherConfig struct {
+	retries       int
+	backoffMin    time.Duration
+	backoffMax    time.Duration
+	timeout       time.Duration
+	aggregate     bool
+	meterProvider metric.MeterProvider
+
+	errs []error // collected while applying options, reported by validate
+}
+
+func defaultPublisherConfig() publisherConfig {
+	return publisherConfig{retries: 8, backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second,
+		timeout: 30 * time.Second, meterProvider: otel.GetMeterProvider()}
+}
+
+// Limits of the publisher options' ranges.
+const (
+	maxPublishRetries    = 100
+	minPublishBackoff    = time.Millisecond
+	maxPublishBackoffMin = time.Minute
+	maxPublishBackoffMax = 5 * time.Minute
+	minPublishTimeout    = 10 * time.Millisecond
+	maxPublishTimeout    = time.Hour
+)
+
+func (c *publisherConfig) validate() error {
+	if len(c.errs) > 0 {
+		return c.errs[0]
+	}
+	switch {
+	case c.retries < 0 || c.retries > maxPublishRetries:
+		return optionError("WithPublishRetries", c.retries, fmt.Sprintf("must be between 0 and %d", maxPublishRetries))
+	case c.backoffMin < minPublishBackoff || c.backoffMin > maxPublishBackoffMin ||
+		c.backoffMax < c.backoffMin || c.backoffMax > maxPublishBackoffMax:
+		return optionError("WithPublishBackoff", fmt.Sprintf("%v, %v", c.backoffMin, c.backoffMax),
+			fmt.Sprintf("min must be between %v and %v, max between min and %v", minPublishBackoff, maxPublishBackoffMin, maxPublishBackoffMax))
+	case c.timeout < minPublishTimeout || c.timeout > maxPublishTimeout:
+		return optionError("WithPublishTimeout", c.timeout, fmt.Sprintf("must be between %v and %v", minPublishTimeout, maxPublishTimeout))
+	}
+	return nil
+}
+
+// WithPublishTimeout sets the time budget of each record of a PublishBatch call, overriding
+// the default 30s (the Java KPL's RecordTtl). A record that was sent is retried until it is
+// written or this long has passed since it was first sent; a record still waiting for its
+// shard's turn fails once its shard has written nothing for this long. Throttling is never a
+// reason to fail earlier. Range 10ms to 1h.
+func WithPublishTimeout(d time.Duration) PublisherOption {
+	return func(c *publisherConfig) { c.timeout = d }
+}
+
+// WithPublishRetries sets how many times PublishBatch resends a record after refusals other
+// than throttling, overriding the default 8: a record the service failed internally
+// (InternalFailure), or that a call carried whose answer was lost (a broken connection, a 5xx
+// answer). 0 fails such a record at its first refusal. Range 0 to 100. Throttling is not
+// counted: a throttled record is resent until WithPublishTimeout runs out.
+func WithPublishRetries(n int) PublisherOption { return func(c *publisherConfig) { c.retries = n } }
+
+// WithPublishBackoff sets how long a shard waits after refusals in a row (with no record
+// written in between) before PublishBatch sends to it again, overriding the defaults 100ms and
+// 5s: after the n-th such refusal a random time between min and min×2ⁿ⁻¹, capped at max; the
+// randomness spreads out publishers that were refused together. A throttle right after a write
+// does not count: the pacer already sends at the shard's pace, and only books the refused
+// records again. Only the refused shard waits. min ranges from 1ms to 1m, max from min to 5m.
+func WithPublishBackoff(min, max time.Duration) PublisherOption {
+	return func(c *publisherConfig) { c.backoffMin, c.backoffMax = min, max }
+}
+
+// WithPublishAggregation makes PublishBatch pack user records bound for one shard into Kinesis
+// Producer Library (KPL) aggregated records of up to 1 MiB, as the Java KPL's
+// AggregationEnabled does, overriding the default of sending each record on its own. A shard
+// takes 1,000 records but only 1 MiB a second, so small records are written up to ten times
+// faster. Every reader must deaggregate: kinesub subscribers, the KCL, Lambda with the KPL
+// deaggregation libraries do; a reader that does not sees one record of KPL protobuf per
+// aggregate (see docs/publishing.md). Publish, which writes one record, never aggregates.
+func WithPublishAggregation(enabled bool) PublisherOption {
+	return func(c *publisherConfig) { c.aggregate = enabled }
+}
+
+// WithPublishMeterProvider sets where the publisher's OpenTelemetry metrics go (listed in
+// the README, "Metrics"), as WithMeterProvider does for a Subscriber. The default is the global
+// provider, otel.GetMeterProvider(), which discards everything until the application installs
+// one. nil is rejected.
+func WithPublishMeterProvider(mp metric.MeterProvider) PublisherOption {
+	return func(c *publisherConfig) {
+		if v := reflect.ValueOf(mp); mp == nil || v.Kind() == reflect.Pointer && v.IsNil() {
+			c.errs = append(c.errs, optionError("WithPublishMeterProvider", "nil", "must be a metric.MeterProvider"))
+			return
+		}
+		c.meterProvider = mp
+	}
+}
+
+// backoff returns the wait after refusal number retry+1 in a row: random between min and
+// min×2^retry, capped at max.
+func (c *publisherConfig) backoff(retry int) time.Duration {
+	ceil := c.backoffMin
+	for i := 0; i < retry && ceil < c.backoffMax; i++ {
+		ceil *= 2
+	}
+	ceil = min(ceil, c.backoffMax)
+	return c.backoffMin + rand.N(ceil-c.backoffMin+1)
+}

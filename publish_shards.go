@@ -1,0 +1,267 @@
+package kinesub
+
+import (
+	"cmp"
+	"context"
+	"crypto/md5"
+	"encoding/binary"
+	"errors"
+	"math/big"
+	"math/bits"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gostream/kinesub/internal/kinesisiface"
+)
+
+// hashKey is a point of the stream's 128-bit hash-key space. The service puts a record in the
+// open shard whose range holds its explicit hash key, or else the MD5 digest of its partition
+// key read as a big-endian number.
+type hashKey struct{ hi, lo uint64 }
+
+func (a hashKey) cmp(b hashKey) int {
+	if c := cmp.Compare(a.hi, b.hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.lo, b.lo)
+}
+
+// partitionHash is the hash key the service derives from a partition key.
+func partitionHash(key string) hashKey {
+	sum := md5.Sum([]byte(key))
+	return hashKey{binary.BigEndian.Uint64(sum[:8]), binary.BigEndian.Uint64(sum[8:])}
+}
+
+// parseHashKey reads an explicit hash key as the service takes it: the pattern
+// 0|([1-9]\d{0,38}), at most 2^128-1.
+func parseHashKey(s string) (hashKey, bool) {
+	if s == "" || len(s) > 39 || len(s) > 1 && s[0] == '0' {
+		return hashKey{}, false
+	}
+	var h hashKey
+	for i := 0; i < len(s); i++ {
+		d := s[i] - '0'
+		if d > 9 {
+			return hashKey{}, false
+		}
+		// h = h*10 + d, refusing what overflows 128 bits.
+		over, hi := bits.Mul64(h.hi, 10)
+		carryHi, lo := bits.Mul64(h.lo, 10)
+		hi, c1 := bits.Add64(hi, carryHi, 0)
+		lo, c2 := bits.Add64(lo, uint64(d), 0)
+		hi, c3 := bits.Add64(hi, 0, c2)
+		if over != 0 || c1 != 0 || c3 != 0 {
+			return hashKey{}, false
+		}
+		h = hashKey{hi, lo}
+	}
+	return h, true
+}
+
+// String formats h in decimal, as the service writes hash keys.
+func (h hashKey) String() string {
+	v := new(big.Int).SetUint64(h.hi)
+	v.Lsh(v, 64)
+	return v.Or(v, new(big.Int).SetUint64(h.lo)).String()
+}
+
+// shardSpan is an open shard and its hash-key range.
+type shardSpan struct {
+	id         string
+	start, end hashKey
+}
+
+// shardMap is the stream's open shards as one listing showed them, sorted by range. It never
+// changes once built.
+type shardMap struct{ spans []shardSpan }
+
+// newShardMap builds the map of the open shards (those without an ending sequence number) of a
+// listing. Ranges the listing writes in a form the service does not use are skipped: records
+// of keys they hold go to no predicted shard.
+func newShardMap(shards []types.Shard) *shardMap {
+	m := &shardMap{}
+	for _, s := range shards {
+		if s.SequenceNumberRange != nil && s.SequenceNumberRange.EndingSequenceNumber != nil || s.HashKeyRange == nil {
+			continue
+		}
+		start, ok1 := parseHashKey(aws.ToString(s.HashKeyRange.StartingHashKey))
+		end, ok2 := parseHashKey(aws.ToString(s.HashKeyRange.EndingHashKey))
+		if ok1 && ok2 {
+			m.spans = append(m.spans, shardSpan{id: aws.ToString(s.ShardId), start: start, end: end})
+		}
+	}
+	slices.SortFunc(m.spans, func(a, b shardSpan) int { return a.start.cmp(b.start) })
+	return m
+}
+
+// find returns the open shard whose range holds h, or "" when none does (a map listed in the
+// middle of a reshard may have a gap).
+func (m *shardMap) find(h hashKey) string {
+	i, found := slices.BinarySearchFunc(m.spans, h, func(s shardSpan, h hashKey) int { return s.start.cmp(h) })
+	if !found {
+		i-- // the last span starting below h
+	}
+	if i < 0 || m.spans[i].end.cmp(h) < 0 {
+		return ""
+	}
+	return m.spans[i].id
+}
+
+// How often a publisher lists the stream's shards at most: after a reshard (a record written
+// to another shard than predicted) and, when listing failed, to try again.
+const (
+	shardRelistInterval = time.Second
+	shardListRetry      = 30 * time.Second
+)
+
+// shardTracker holds a publisher's view of the stream's shards and one pacer per shard. It is
+// shared by every call of the publisher and safe for concurrent use.
+type shardTracker struct {
+	client kinesisiface.Kinesis
+	ref    streamRef
+
+	mispredicted atomic.Int64 // records written to another shard than predicted
+
+	mu       sync.Mutex
+	m        *shardMap // nil until a listing worked
+	pacers   map[string]*shardPacer
+	unknown  *shardPacer // records of no known shard: unpaced
+	stale    bool        // a write showed the map out of date
+	listedAt time.Time   // when the last listing started
+	failed   bool        // the last listing failed
+	listing  chan struct{}
+}
+
+func newShardTracker(client kinesisiface.Kinesis, ref streamRef) *shardTracker {
+	return &shardTracker{client: client, ref: ref, pacers: map[string]*shardPacer{}, unknown: newUnlimitedPacer()}
+}
+
+// current returns the map to route by, listing the shards first when none is known yet or the
+// known one went stale (at most once a second; after a failed listing, every 30 seconds). A
+// listing that fails leaves the previous map in use, or none: records then go unpaced. Only a
+// missing stream is an error, wrapping ErrStreamNotFound.
+func (t *shardTracker) current(ctx context.Context) (*shardMap, error) {
+	for {
+		t.mu.Lock()
+		if t.listing != nil && t.m == nil {
+			// The first listing is under way: wait for it rather than go unpaced. (While a
+			// map is known, a relisting need not hold anyone up.)
+			ch := t.listing
+			t.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, nil // the caller sees ctx end itself
+			}
+		}
+		due := t.m == nil || t.stale
+		wait := shardRelistInterval
+		if t.failed {
+			wait = shardListRetry
+		}
+		if !due || t.listing != nil || time.Since(t.listedAt) < wait {
+			m := t.m
+			t.mu.Unlock()
+			return m, nil
+		}
+		ch := make(chan struct{})
+		t.listing, t.listedAt = ch, time.Now()
+		t.mu.Unlock()
+		shards, err := t.list(ctx)
+		t.mu.Lock()
+		t.listing = nil
+		close(ch)
+		switch {
+		case err == nil:
+			t.install(newShardMap(shards))
+		case ctx.Err() != nil:
+			t.listedAt = time.Time{} // the caller gave up, not the service: the next call lists
+		default:
+			t.failed = true
+		}
+		m := t.m
+		t.mu.Unlock()
+		if rnf := (*types.ResourceNotFoundException)(nil); errors.As(err, &rnf) {
+			return m, callError("ListShards", t.ref.name, err)
+		}
+		return m, nil
+	}
+}
+
+// install makes m the current map, with a pacer for each of its shards (kept for shards that
+// stay open); the caller holds t.mu.
+func (t *shardTracker) install(m *shardMap) {
+	pacers := make(map[string]*shardPacer, len(m.spans))
+	for _, s := range m.spans {
+		if p := t.pacers[s.id]; p != nil {
+			pacers[s.id] = p
+		} else {
+			pacers[s.id] = newShardPacer()
+		}
+	}
+	t.m, t.pacers, t.stale, t.failed = m, pacers, false, false
+}
+
+func (t *shardTracker) list(ctx context.Context) ([]types.Shard, error) {
+	in := &kinesis.ListShardsInput{StreamName: t.ref.streamName(), StreamARN: t.ref.streamARN()}
+	var all []types.Shard
+	for {
+		out, err := t.client.ListShards(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, out.Shards...)
+		if out.NextToken == nil {
+			return all, nil
+		}
+		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
+	}
+}
+
+// pacer returns the pacer of shard id, or the unpaced one for records of no known shard.
+func (t *shardTracker) pacer(id string) *shardPacer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.pacers[id]; p != nil {
+		return p
+	}
+	return t.unknown
+}
+
+// wrote notes where the service wrote a record predicted for shard predicted: another shard
+// means the map is out of date (the stream was resharded), and the next current lists again.
+func (t *shardTracker) wrote(predicted, actual string) {
+	if predicted == actual || actual == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		return // no listing worked: nothing was predicted
+	}
+	t.mispredicted.Add(1)
+	t.stale = true
+}
+
+// charge counts a record that Publish sends at once in the pacing of its shard, and returns
+// the shard predicted, or "" when the shards are not known.
+func (t *shardTracker) charge(h hashKey, size int) string {
+	t.mu.Lock()
+	m := t.m
+	t.mu.Unlock()
+	if m == nil {
+		return ""
+	}
+	id := m.find(h)
+	if id != "" {
+		t.pacer(id).reserve(time.Now(), 1, size) // booked, not waited for
+	}
+	return id
+}
