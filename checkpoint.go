@@ -134,7 +134,7 @@ func (w *worker) retire(ctx context.Context) error {
 // Those handed out get up to handBackDrain to be settled first.
 func (w *worker) handBack() {
 	s := w.sub
-	w.bump()
+	w.bumpDraining() // Process's running handlers keep their context until endDrain
 	w.cancelRead()
 	<-w.readerDone
 	// Let the consumer settle what it holds from this shard, so that the next owner resumes
@@ -153,6 +153,7 @@ func (w *worker) handBack() {
 			}
 		}
 	}
+	w.endDrain() // Process: handlers still running are cancelled (process_seam.go)
 	ctx, cancel := context.WithTimeout(s.bgCtx, 2*s.cfg.requestTimeout)
 	defer cancel()
 	if err := w.retire(ctx); err != nil {

@@ -53,6 +53,8 @@ type worker struct {
 	starting   atomic.Bool  // waiting out a stolen lease's previous owner (stealWait)
 	rejected   atomic.Bool  // Kinesis refuses the stored checkpoint (ErrCheckpointRejected)
 
+	proc procShard // Process's view of the shard: its generations' contexts, its failing record (process_seam.go)
+
 	stats        *shardStats // metrics
 	millisBehind atomic.Int64
 	throttled    atomic.Bool
@@ -79,7 +81,11 @@ func newWorker(s *Subscriber, id string, acquired time.Time) *worker {
 
 // bump starts a new generation of the shard: every delivery stamped with an older one is stale
 // from now on and is dropped instead of handed out. It is the only place the gate moves.
-func (w *worker) bump() uint64 { return w.gate.Add(1) }
+func (w *worker) bump() uint64 {
+	gen := w.gate.Add(1)
+	w.endGeneration(gen) // Process: stop what the older generation runs (process_seam.go)
+	return gen
+}
 
 // setWritten records the newest checkpoint written; called with the flush lock held (or
 // before the worker starts).
@@ -229,4 +235,5 @@ func (w *worker) describe(st *ShardStatus) {
 	st.Throttled = w.throttled.Load()
 	st.WaitingForAcks = w.waitingRoom.Load()
 	st.Checkpoints = w.checkpoints.Load()
+	st.Failing = w.processStatus() // Process's longest-failing record (process_seam.go)
 }

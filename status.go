@@ -50,6 +50,8 @@ type ShardStatus struct {
 	MillisBehindLatest        int64 `json:"millis_behind_latest"`        // from the last GetRecords
 	Throttled                 bool  `json:"throttled"`                   // the last read was throttled
 	Checkpoints               int64 `json:"checkpoint_writes,omitempty"` // writes made by this reader
+	// Failing is the record of this shard that Process has been retrying longest, if any.
+	Failing *FailingRecord `json:"failing,omitempty"`
 }
 
 // Shards reports the state of every shard of the stream as of this subscriber's last rounds

@@ -344,7 +344,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	}
 	s.mu.Unlock()
 	for _, w := range ws {
-		w.bump()
+		w.bumpDraining() // Process's running handlers keep their context until endDrain
 	}
 	s.fenceDispatch(context.Background())
 
@@ -354,6 +354,9 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		case <-drain.Done():
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+	for _, w := range ws {
+		w.endDrain() // Process: handlers still running are cancelled (process_seam.go)
 	}
 
 	// Write checkpoints and hand the leases back, even when ctx was cancelled, but not past its

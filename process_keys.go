@@ -1,0 +1,294 @@
+package kinesub
+
+import (
+	"context"
+	"time"
+)
+
+// Process keeps, per shard, a queue per order key (a lane of keys): a delivery starts only once
+// the one before it of the same key has finished, and a delivery that failed stays at the head
+// of its key until it succeeds or is dead-lettered, so order holds through retries. A key's
+// queue is a chain of jobs; the lane's map holds its head, and the head the tail, so that a
+// delivery joins its key and a finished one hands over with one map operation each. Heads that
+// may start wait in one ready queue for all shards, in the order they became ready.
+//
+// Everything here is guarded by the processor's mutex.
+
+// job is one delivery as Process holds it.
+type job struct {
+	m     *Message
+	key   string
+	gs    *genState
+	next  *job // the next delivery of the same key
+	tail  *job // the key's last delivery; kept on the key's head only
+	state jobState
+	// dropped: given back unhandled (its shard moved on, or Process ended); it is skipped when
+	// its key reaches it.
+	dropped    bool
+	deadLetter bool  // the next attempt calls the dead-letter function
+	attempts   int   // attempts that failed
+	queued     int64 // when it queued behind its key, in Unix ns, when its wait is sampled; else 0
+	failedAt   time.Time
+	lastErr    error
+	timer      *time.Timer // the backoff of a waiting job
+}
+
+type jobState uint8
+
+const (
+	jobQueued  jobState = iota // behind an earlier delivery of its key
+	jobReady                   // its key's head, in the ready queue
+	jobRunning                 // a handler or dead-letter call runs
+	jobWaiting                 // failed, waiting out its backoff (or Process is ending)
+	jobDone                    // settled or given back
+)
+
+// lane is one shard's keys.
+type lane struct {
+	id      string
+	keys    map[string]*job // order key → its head
+	gens    []*genState     // the generations its jobs belong to, usually one
+	failing []*job          // jobs that failed and are not finished, by first failure
+}
+
+// genState is one generation of one shard as Process runs it: the context its handlers get
+// (Process's, ended too with the generation's run context), and a sweep of its jobs once the
+// generation moved on. It lives while jobs of it do.
+type genState struct {
+	lane      *lane
+	w         *worker
+	gen       uint64
+	ctx       context.Context
+	cancel    context.CancelFunc
+	stopRun   func() bool // stops the callbacks on the generation's contexts
+	stopStale func() bool
+	refs      int // jobs of this generation not finished
+}
+
+// waitSample: one in waitSample deliveries that queue behind their key have their wait timed.
+const waitSample = 32
+
+// add takes a page of deliveries (one shard, one generation) into the lanes. The order keys are
+// computed before the lock is taken: they are the caller's code.
+func (p *processor) add(page []Message) {
+	jobs := make([]job, len(page))
+	for i := range page {
+		jobs[i].m = &page[i]
+		jobs[i].key = p.cfg.orderKey(&page[i])
+	}
+	first := jobs[0].m
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.lanes[first.ShardID()]
+	if l == nil {
+		l = &lane{id: first.ShardID(), keys: map[string]*job{}}
+		p.lanes[l.id] = l
+	}
+	gs := p.genOf(l, first)
+	gs.refs += len(jobs)
+	for i := range jobs {
+		j := &jobs[i]
+		j.gs = gs
+		h := l.keys[j.key]
+		if h == nil {
+			j.tail = j
+			l.keys[j.key] = j
+			p.makeReady(j)
+			continue
+		}
+		h.tail.next, h.tail = j, j
+		if p.waitSampled++; p.waitSampled%waitSample == 0 && p.met.waitTimed() {
+			j.queued = time.Now().UnixNano()
+		}
+	}
+}
+
+// genOf returns the lane's state of m's generation, made on first use: its handlers' context,
+// and callbacks that cancel them when the generation's run context ends and sweep its jobs
+// when it moves on.
+func (p *processor) genOf(l *lane, m *Message) *genState {
+	w, gen := m.shard(), m.pg.gen
+	for _, gs := range l.gens {
+		if gs.w == w && gs.gen == gen {
+			return gs
+		}
+	}
+	gs := &genState{lane: l, w: w, gen: gen}
+	gs.ctx, gs.cancel = context.WithCancel(p.ctx)
+	// Owned by the processor (aux): stopped when the generation's last job finishes, and
+	// waited for before Process returns.
+	p.aux.Add(2)
+	gs.stopRun = context.AfterFunc(m.runContext(), func() {
+		defer p.aux.Done()
+		gs.cancel()
+	})
+	gs.stopStale = context.AfterFunc(m.staleContext(), func() {
+		defer p.aux.Done()
+		p.sweep(gs)
+	})
+	l.gens = append(l.gens, gs)
+	return gs
+}
+
+// release ends a generation none of whose jobs is left.
+func (p *processor) release(gs *genState) {
+	if gs.stopRun() {
+		p.aux.Done()
+	}
+	if gs.stopStale() {
+		p.aux.Done()
+	}
+	gs.cancel()
+	l := gs.lane
+	for i, g := range l.gens {
+		if g == gs {
+			l.gens = append(l.gens[:i], l.gens[i+1:]...)
+			break
+		}
+	}
+}
+
+// makeReady puts a key's head in the ready queue, and wakes a worker if none is on its way.
+func (p *processor) makeReady(j *job) {
+	j.state = jobReady
+	p.ready.push(j)
+	if p.wakes == 0 {
+		p.wake()
+	}
+}
+
+// pop returns the next ready job that may start, or nil. Jobs whose shard moved on are given
+// back on the way.
+func (p *processor) pop() *job {
+	for {
+		j := p.ready.pop()
+		if j == nil {
+			return nil
+		}
+		if j.dropped {
+			continue // given back by a sweep; its key went on then
+		}
+		if j.m.stale() {
+			p.drop(j)
+			p.advance(j)
+			continue
+		}
+		return j
+	}
+}
+
+// advance hands a key over from its head h, which finished or was given back, to the next
+// delivery of the key not given back, which becomes ready.
+func (p *processor) advance(h *job) {
+	l := h.gs.lane
+	n := h.next
+	for n != nil && n.dropped {
+		n = n.next
+	}
+	if n == nil {
+		delete(l.keys, h.key)
+		if len(l.keys) == 0 && len(l.gens) == 0 {
+			delete(p.lanes, l.id)
+		}
+		return
+	}
+	n.tail = h.tail
+	l.keys[h.key] = n
+	if n.queued != 0 {
+		p.met.keyWait(n, time.Duration(time.Now().UnixNano()-n.queued))
+	}
+	p.makeReady(n)
+}
+
+// retire ends j's bookkeeping once it is settled or given back: its backoff, its place among
+// the failing, its hold on its generation.
+func (p *processor) retire(j *job) {
+	j.state = jobDone
+	if j.timer != nil {
+		if j.timer.Stop() {
+			p.aux.Done()
+		}
+		j.timer = nil
+	}
+	if j.attempts > 0 {
+		p.unfail(j)
+	}
+	gs := j.gs
+	if gs.refs--; gs.refs == 0 {
+		p.release(gs)
+	}
+}
+
+// drop gives j back unhandled and retires it. Its key goes on only when the caller advances it
+// (j is the head) or reaches it (j is further back).
+func (p *processor) drop(j *job) {
+	j.dropped = true
+	j.m.abandon()
+	p.retire(j)
+}
+
+// sweep gives back every job of gs that is not running, once its generation moved on: none
+// may start now, and a drain waiting for the consumer (a hand-back, Close) must not wait for
+// them. Running ones finish, or are cancelled, on their own.
+func (p *processor) sweep(gs *genState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped || gs.refs == 0 {
+		return
+	}
+	l := gs.lane
+	heads := make([]*job, 0, len(l.keys))
+	for _, h := range l.keys {
+		heads = append(heads, h)
+	}
+	for _, h := range heads {
+		for x := h.next; x != nil; x = x.next {
+			if x.gs == gs && !x.dropped {
+				p.drop(x)
+			}
+		}
+		if h.gs == gs && !h.dropped && h.state != jobRunning {
+			p.drop(h)
+			p.advance(h)
+		}
+	}
+}
+
+// retryDue makes a job whose backoff ended ready again.
+func (p *processor) retryDue(j *job) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if j.state != jobWaiting || p.closing {
+		return // given back meanwhile, or Process is ending and collects it
+	}
+	j.timer = nil
+	p.makeReady(j)
+}
+
+// jobRing is the ready queue: first in, first out.
+type jobRing struct {
+	buf  []*job
+	head int
+}
+
+func (r *jobRing) push(j *job) { r.buf = append(r.buf, j) }
+
+func (r *jobRing) len() int { return len(r.buf) - r.head }
+
+func (r *jobRing) pop() *job {
+	if r.head == len(r.buf) {
+		return nil
+	}
+	j := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head++
+	switch {
+	case r.head == len(r.buf):
+		r.buf, r.head = r.buf[:0], 0
+	case r.head >= 1024 && 2*r.head >= len(r.buf):
+		n := copy(r.buf, r.buf[r.head:])
+		clear(r.buf[n:])
+		r.buf, r.head = r.buf[:n], 0
+	}
+	return j
+}
