@@ -97,8 +97,7 @@ type processor struct {
 	cfg    processConfig
 	handle func(context.Context, *Message) error
 	met    *processMetrics
-	ctx    context.Context // every handler's context descends from it; cancelled by stop
-	cancel context.CancelFunc
+	ctx    context.Context // Process's: the handlers' contexts carry its values and deadline
 	ackCtx context.Context // the acks' (a write with WithCheckpointInterval(0)): not cancelled by stop
 
 	mu          sync.Mutex
@@ -126,8 +125,7 @@ func newProcessor(ctx context.Context, s *Subscriber, cfg processConfig, handle 
 		return nil, err
 	}
 	p.met = met
-	p.ctx, p.cancel = context.WithCancel(ctx)
-	p.ackCtx = context.WithoutCancel(ctx)
+	p.ctx, p.ackCtx = ctx, context.WithoutCancel(ctx)
 	return p, nil
 }
 
@@ -144,8 +142,12 @@ func (p *processor) stop(rewind bool) {
 	p.mu.Lock()
 	p.closing = true
 	p.cond.Broadcast()
+	for _, l := range p.lanes {
+		for _, gs := range l.gens {
+			gs.cancel() // the running handlers'
+		}
+	}
 	p.mu.Unlock()
-	p.cancel()
 	p.workers.Wait()
 
 	p.mu.Lock()

@@ -29,7 +29,8 @@ type job struct {
 	attempts   int   // attempts that failed
 	queued     int64 // when it queued behind its key, in Unix ns, when its wait is sampled; else 0
 	failedAt   time.Time
-	lastErr    error
+	lastErr    error       // the handler's last error, for the dead-letter function
+	failErr    error       // the last attempt's error, the dead letter's included, for Shards
 	timer      *time.Timer // the backoff of a waiting job
 }
 
@@ -51,18 +52,17 @@ type lane struct {
 	failing []*job          // jobs that failed and are not finished, by first failure
 }
 
-// genState is one generation of one shard as Process runs it: the context its handlers get
-// (Process's, ended too with the generation's run context), and a sweep of its jobs once the
-// generation moved on. It lives while jobs of it do.
+// genState is one generation of one shard as Process runs it: the context its handlers get,
+// ended with the generation's run context or when Process ends, and a sweep of its jobs once
+// the generation moved on. It lives while jobs of it do.
 type genState struct {
 	lane      *lane
 	w         *worker
 	gen       uint64
-	ctx       context.Context
+	ctx       *handlerContext
 	cancel    context.CancelFunc
-	stopRun   func() bool // stops the callbacks on the generation's contexts
-	stopStale func() bool
-	refs      int // jobs of this generation not finished
+	stopStale func() bool // stops the sweep's callback
+	refs      int         // jobs of this generation not finished
 }
 
 // waitSample: one in waitSample deliveries that queue behind their key have their wait timed.
@@ -103,9 +103,8 @@ func (p *processor) add(page []Message) {
 	}
 }
 
-// genOf returns the lane's state of m's generation, made on first use: its handlers' context,
-// and callbacks that cancel them when the generation's run context ends and sweep its jobs
-// when it moves on.
+// genOf returns the lane's state of m's generation, made on first use: its handlers'
+// context, and a callback that sweeps its jobs when it moves on.
 func (p *processor) genOf(l *lane, m *Message) *genState {
 	w, gen := m.shard(), m.pg.gen
 	for _, gs := range l.gens {
@@ -114,14 +113,11 @@ func (p *processor) genOf(l *lane, m *Message) *genState {
 		}
 	}
 	gs := &genState{lane: l, w: w, gen: gen}
-	gs.ctx, gs.cancel = context.WithCancel(p.ctx)
+	done, cancel := context.WithCancel(m.runContext())
+	gs.ctx, gs.cancel = &handlerContext{Context: p.ctx, done: done}, cancel
 	// Owned by the processor (aux): stopped when the generation's last job finishes, and
 	// waited for before Process returns.
-	p.aux.Add(2)
-	gs.stopRun = context.AfterFunc(m.runContext(), func() {
-		defer p.aux.Done()
-		gs.cancel()
-	})
+	p.aux.Add(1)
 	gs.stopStale = context.AfterFunc(m.staleContext(), func() {
 		defer p.aux.Done()
 		p.sweep(gs)
@@ -132,9 +128,6 @@ func (p *processor) genOf(l *lane, m *Message) *genState {
 
 // release ends a generation none of whose jobs is left.
 func (p *processor) release(gs *genState) {
-	if gs.stopRun() {
-		p.aux.Done()
-	}
 	if gs.stopStale() {
 		p.aux.Done()
 	}

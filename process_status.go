@@ -49,8 +49,8 @@ func (p *processor) publish(l *lane, w *worker) {
 		Exhausted: p.cfg.deadLetter == nil && p.cfg.maxAttempts > 0 && oldest.attempts >= p.cfg.maxAttempts,
 		Failing:   n,
 	}
-	if oldest.lastErr != nil {
-		f.LastError = oldest.lastErr.Error()
+	if oldest.failErr != nil {
+		f.LastError = oldest.failErr.Error()
 		if len(f.LastError) > maxLastError { // a panic's carries its stack
 			f.LastError = f.LastError[:maxLastError] + "…"
 		}

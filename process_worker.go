@@ -150,7 +150,10 @@ func (p *processor) after(j *job, settled bool, err error) {
 // noteFailure counts a failed attempt of j and shows it among the shard's failing records.
 func (p *processor) noteFailure(j *job, err error) {
 	j.attempts++
-	j.lastErr = err
+	j.failErr = err
+	if !j.deadLetter {
+		j.lastErr = err
+	}
 	if j.attempts == 1 {
 		j.failedAt = time.Now()
 		l := j.gs.lane
