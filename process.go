@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Process runs handle on every delivered record, many at once, in order per key: records of a
@@ -112,13 +113,16 @@ type processor struct {
 	closing     bool // stop began: nothing more starts
 	stopped     bool // stop collected what was left
 	shown       map[*worker]bool
+	queuedAt    map[*job]time.Time // when sampled jobs (timed) queued behind their key
+	keys        []string           // add's, kept between pages
 
 	workers sync.WaitGroup // the workers
 	aux     sync.WaitGroup // backoff timers and the generations' context callbacks
 }
 
 func newProcessor(ctx context.Context, s *Subscriber, cfg processConfig, handle func(context.Context, *Message) error) (*processor, error) {
-	p := &processor{s: s, cfg: cfg, handle: handle, lanes: map[string]*lane{}, shown: map[*worker]bool{}}
+	p := &processor{s: s, cfg: cfg, handle: handle, lanes: map[string]*lane{}, shown: map[*worker]bool{},
+		queuedAt: map[*job]time.Time{}}
 	p.cond.L = &p.mu
 	met, err := newProcessMetrics(s.metrics, p.runningNow)
 	if err != nil {
@@ -154,8 +158,8 @@ func (p *processor) stop(rewind bool) {
 	p.stopped = true
 	var left []*job
 	for _, l := range p.lanes {
-		for _, h := range l.keys {
-			for x := h; x != nil; x = x.next {
+		for _, q := range l.keys {
+			for x := q.head; x != nil; x = x.next {
 				if !x.dropped && x.state != jobDone {
 					left = append(left, x)
 				}

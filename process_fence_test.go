@@ -322,6 +322,7 @@ func TestProcessHandBack(t *testing.T) {
 				synctest.Wait()
 				subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("b"))...)
 				eventually(t, 10*time.Second, "a hands one back", func() bool { return len(owned(a)) == 1 })
+				synctest.Wait() // the handler cancelled at the drain's end has returned
 				mu.Lock()
 				defer mu.Unlock()
 				// since is noted within a millisecond of the hand-back's start.

@@ -8,27 +8,32 @@ import (
 // Process keeps, per shard, a queue per order key (a lane of keys): a delivery starts only once
 // the one before it of the same key has finished, and a delivery that failed stays at the head
 // of its key until it succeeds or is dead-lettered, so order holds through retries. A key's
-// queue is a chain of jobs; the lane's map holds its head, and the head the tail, so that a
-// delivery joins its key and a finished one hands over with one map operation each. Heads that
-// may start wait in one ready queue for all shards, in the order they became ready.
+// queue is a chain of jobs, which the lane's map finds by key: a delivery joins its key with
+// one map look-up, and a finished one hands its key over without any while more wait. Heads
+// that may start wait in one ready queue for all shards, in the order they became ready.
 //
 // Everything here is guarded by the processor's mutex.
 
-// job is one delivery as Process holds it.
+// job is one delivery as Process holds it. What only a failed delivery needs is apart
+// (failure), so that the jobs of a page, made at once, stay small.
 type job struct {
 	m     *Message
-	key   string
+	q     *keyQueue // its key's
 	gs    *genState
 	next  *job // the next delivery of the same key
-	tail  *job // the key's last delivery; kept on the key's head only
+	fail  *failure
 	state jobState
 	// dropped: given back unhandled (its shard moved on, or Process ended); it is skipped when
 	// its key reaches it.
-	dropped    bool
-	deadLetter bool  // the next attempt calls the dead-letter function
-	attempts   int   // attempts that failed
-	queued     int64 // when it queued behind its key, in Unix ns, when its wait is sampled; else 0
-	failedAt   time.Time
+	dropped bool
+	timed   bool // its wait behind its key is sampled: p.queuedAt holds when it began
+}
+
+// failure is how the attempts of a delivery that failed went.
+type failure struct {
+	attempts   int  // attempts that failed
+	deadLetter bool // the next attempt calls the dead-letter function
+	since      time.Time
 	lastErr    error       // the handler's last error, for the dead-letter function
 	failErr    error       // the last attempt's error, the dead letter's included, for Shards
 	timer      *time.Timer // the backoff of a waiting job
@@ -44,13 +49,25 @@ const (
 	jobDone                    // settled or given back
 )
 
-// lane is one shard's keys.
+// keyQueue is the deliveries of one order key of one shard not finished: from the head (ready,
+// running or waiting out a backoff) to the tail, queued in delivery order.
+type keyQueue struct {
+	key        string
+	head, tail *job
+}
+
+// lane is one shard's keys. It is kept while its shard is read here, so that its map does not
+// grow again for every page.
 type lane struct {
 	id      string
-	keys    map[string]*job // order key → its head
-	gens    []*genState     // the generations its jobs belong to, usually one
-	failing []*job          // jobs that failed and are not finished, by first failure
+	keys    map[string]*keyQueue // order key → its queue, while it holds a delivery
+	gens    []*genState          // the generations its jobs belong to, usually one
+	failing []*job               // jobs that failed and are not finished, by first failure
 }
+
+// maxIdleLanes: past this many lanes, lanes holding nothing are dropped when one is made (the
+// shards of a reshard, or handed back, leave theirs behind).
+const maxIdleLanes = 64
 
 // genState is one generation of one shard as Process runs it: the context its handlers get,
 // ended with the generation's run context or when Process ends, and a sweep of its jobs once
@@ -68,39 +85,59 @@ type genState struct {
 // waitSample: one in waitSample deliveries that queue behind their key have their wait timed.
 const waitSample = 32
 
+// addChunk is how many deliveries add takes in at a time, holding the lock: workers finishing
+// and taking jobs get it between two chunks of a large page.
+const addChunk = 256
+
 // add takes a page of deliveries (one shard, one generation) into the lanes. The order keys are
 // computed before the lock is taken: they are the caller's code.
 func (p *processor) add(page []Message) {
 	jobs := make([]job, len(page))
+	keys := p.keys[:0] // only this goroutine adds
 	for i := range page {
 		jobs[i].m = &page[i]
-		jobs[i].key = p.cfg.orderKey(&page[i])
+		keys = append(keys, p.cfg.orderKey(&page[i]))
 	}
+	defer func() { p.keys = keys[:0] }()
 	first := jobs[0].m
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	l := p.lanes[first.ShardID()]
 	if l == nil {
-		l = &lane{id: first.ShardID(), keys: map[string]*job{}}
+		if len(p.lanes) >= maxIdleLanes {
+			for id, idle := range p.lanes {
+				if len(idle.keys) == 0 && len(idle.gens) == 0 {
+					delete(p.lanes, id)
+				}
+			}
+		}
+		l = &lane{id: first.ShardID(), keys: map[string]*keyQueue{}}
 		p.lanes[l.id] = l
 	}
 	gs := p.genOf(l, first)
-	gs.refs += len(jobs)
+	gs.refs += len(jobs) // held until the last job of the page is in: l and gs stay
 	for i := range jobs {
+		if i > 0 && i%addChunk == 0 {
+			p.mu.Unlock()
+			p.mu.Lock()
+		}
 		j := &jobs[i]
 		j.gs = gs
-		h := l.keys[j.key]
-		if h == nil {
-			j.tail = j
-			l.keys[j.key] = j
+		q := l.keys[keys[i]]
+		if q == nil {
+			q = &keyQueue{key: keys[i], head: j, tail: j}
+			l.keys[q.key] = q
+			j.q = q
 			p.makeReady(j)
 			continue
 		}
-		h.tail.next, h.tail = j, j
+		j.q = q
+		q.tail.next, q.tail = j, j
 		if p.waitSampled++; p.waitSampled%waitSample == 0 && p.met.waitTimed() {
-			j.queued = time.Now().UnixNano()
+			j.timed = true
+			p.queuedAt[j] = time.Now()
 		}
 	}
+	p.mu.Unlock()
 }
 
 // genOf returns the lane's state of m's generation, made on first use: its handlers'
@@ -173,22 +210,24 @@ func (p *processor) pop() *job {
 // advance hands a key over from its head h, which finished or was given back, to the next
 // delivery of the key not given back, which becomes ready.
 func (p *processor) advance(h *job) {
-	l := h.gs.lane
 	n := h.next
 	for n != nil && n.dropped {
 		n = n.next
 	}
+	q := h.q
 	if n == nil {
-		delete(l.keys, h.key)
-		if len(l.keys) == 0 && len(l.gens) == 0 {
-			delete(p.lanes, l.id)
+		l := h.gs.lane
+		delete(l.keys, q.key)
+		if len(l.keys) == 0 && len(l.gens) == 0 && h.m.stale() {
+			delete(p.lanes, l.id) // its shard moved on
 		}
 		return
 	}
-	n.tail = h.tail
-	l.keys[h.key] = n
-	if n.queued != 0 {
-		p.met.keyWait(n, time.Duration(time.Now().UnixNano()-n.queued))
+	q.head = n
+	if n.timed {
+		p.met.keyWait(n, time.Since(p.queuedAt[n]))
+		delete(p.queuedAt, n)
+		n.timed = false
 	}
 	p.makeReady(n)
 }
@@ -197,13 +236,15 @@ func (p *processor) advance(h *job) {
 // the failing, its hold on its generation.
 func (p *processor) retire(j *job) {
 	j.state = jobDone
-	if j.timer != nil {
-		if j.timer.Stop() {
+	if j.timed {
+		delete(p.queuedAt, j)
+		j.timed = false
+	}
+	if f := j.fail; f != nil {
+		if f.timer != nil && f.timer.Stop() {
 			p.aux.Done()
 		}
-		j.timer = nil
-	}
-	if j.attempts > 0 {
+		f.timer = nil
 		p.unfail(j)
 	}
 	gs := j.gs
@@ -231,8 +272,8 @@ func (p *processor) sweep(gs *genState) {
 	}
 	l := gs.lane
 	heads := make([]*job, 0, len(l.keys))
-	for _, h := range l.keys {
-		heads = append(heads, h)
+	for _, q := range l.keys {
+		heads = append(heads, q.head)
 	}
 	for _, h := range heads {
 		for x := h.next; x != nil; x = x.next {
@@ -254,7 +295,7 @@ func (p *processor) retryDue(j *job) {
 	if j.state != jobWaiting || p.closing {
 		return // given back meanwhile, or Process is ending and collects it
 	}
-	j.timer = nil
+	j.fail.timer = nil
 	p.makeReady(j)
 }
 

@@ -42,15 +42,15 @@ func (p *processor) publish(l *lane, w *worker) {
 		w.setProcessStatus(nil)
 		return
 	}
-	m := oldest.m
+	m, of := oldest.m, oldest.fail
 	f := &FailingRecord{
-		SequenceNumber: m.SequenceNumber(), SubSequenceNumber: m.SubSequenceNumber(), OrderKey: oldest.key,
-		Attempts: oldest.attempts, Since: oldest.failedAt,
-		Exhausted: p.cfg.deadLetter == nil && p.cfg.maxAttempts > 0 && oldest.attempts >= p.cfg.maxAttempts,
+		SequenceNumber: m.SequenceNumber(), SubSequenceNumber: m.SubSequenceNumber(), OrderKey: oldest.q.key,
+		Attempts: of.attempts, Since: of.since,
+		Exhausted: p.cfg.deadLetter == nil && p.cfg.maxAttempts > 0 && of.attempts >= p.cfg.maxAttempts,
 		Failing:   n,
 	}
-	if oldest.failErr != nil {
-		f.LastError = oldest.failErr.Error()
+	if of.failErr != nil {
+		f.LastError = of.failErr.Error()
 		if len(f.LastError) > maxLastError { // a panic's carries its stack
 			f.LastError = f.LastError[:maxLastError] + "…"
 		}

@@ -81,7 +81,7 @@ func (p *processor) attempt(j *job) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if j.deadLetter {
+	if j.fail != nil && j.fail.deadLetter {
 		p.met.deadLettered(m)
 	}
 	switch aerr := m.Ack(p.ackCtx); {
@@ -99,8 +99,8 @@ func (p *processor) call(j *job) (err error) {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	if j.deadLetter {
-		return p.cfg.deadLetter(j.gs.ctx, j.m, j.lastErr)
+	if f := j.fail; f != nil && f.deadLetter {
+		return p.cfg.deadLetter(j.gs.ctx, j.m, f.lastErr)
 	}
 	return p.handle(j.gs.ctx, j.m)
 }
@@ -125,15 +125,16 @@ func (p *processor) after(j *job, settled bool, err error) {
 	}
 	p.noteFailure(j, err)
 	p.report(j, err)
-	exhausted := p.cfg.maxAttempts > 0 && j.attempts >= p.cfg.maxAttempts
-	if exhausted && p.cfg.deadLetter != nil && !j.deadLetter {
-		j.deadLetter = true // its attempts are used: the dead letter, at once
+	f := j.fail
+	exhausted := p.cfg.maxAttempts > 0 && f.attempts >= p.cfg.maxAttempts
+	if exhausted && p.cfg.deadLetter != nil && !f.deadLetter {
+		f.deadLetter = true // its attempts are used: the dead letter, at once
 		p.makeReady(j)
 		return
 	}
 	wait := p.cfg.backoffMax
-	if !exhausted || j.deadLetter {
-		wait = p.cfg.backoffBase << min(j.attempts-1, 30)
+	if !exhausted || f.deadLetter {
+		wait = p.cfg.backoffBase << min(f.attempts-1, 30)
 		if wait > p.cfg.backoffMax || wait <= 0 {
 			wait = p.cfg.backoffMax
 		}
@@ -141,7 +142,7 @@ func (p *processor) after(j *job, settled bool, err error) {
 	wait = wait/2 + rand.N(wait/2+1)
 	j.state = jobWaiting
 	p.aux.Add(1) // owned by the processor: retire stops it, stop waits for it
-	j.timer = time.AfterFunc(wait, func() {
+	f.timer = time.AfterFunc(wait, func() {
 		defer p.aux.Done()
 		p.retryDue(j)
 	})
@@ -149,15 +150,17 @@ func (p *processor) after(j *job, settled bool, err error) {
 
 // noteFailure counts a failed attempt of j and shows it among the shard's failing records.
 func (p *processor) noteFailure(j *job, err error) {
-	j.attempts++
-	j.failErr = err
-	if !j.deadLetter {
-		j.lastErr = err
-	}
-	if j.attempts == 1 {
-		j.failedAt = time.Now()
+	f := j.fail
+	if f == nil {
+		f = &failure{since: time.Now()}
+		j.fail = f
 		l := j.gs.lane
 		l.failing = append(l.failing, j)
+	}
+	f.attempts++
+	f.failErr = err
+	if !f.deadLetter {
+		f.lastErr = err
 	}
 	p.publish(j.gs.lane, j.m.shard())
 }
@@ -166,10 +169,11 @@ func (p *processor) noteFailure(j *job, err error) {
 func (p *processor) report(j *job, err error) {
 	m := j.m
 	p.met.failed(m)
-	perr := &ProcessError{SequenceNumber: m.SequenceNumber(), SubSequenceNumber: m.SubSequenceNumber(), Attempt: j.attempts, DeadLetter: j.deadLetter, Err: err}
+	f := j.fail
+	perr := &ProcessError{SequenceNumber: m.SequenceNumber(), SubSequenceNumber: m.SubSequenceNumber(), Attempt: f.attempts, DeadLetter: f.deadLetter, Err: err}
 	p.s.report(&ShardError{Stream: p.s.stream, Shard: m.ShardID(), Op: OpProcess, Err: perr})
 	if p.s.log != nil {
 		p.s.log.LogAttrs(context.Background(), slog.LevelDebug, "retrying record", slog.String(logShard, m.ShardID()),
-			slog.String("sequence", m.SequenceNumber()), slog.Int("attempt", j.attempts))
+			slog.String("sequence", m.SequenceNumber()), slog.Int("attempt", f.attempts))
 	}
 }
