@@ -114,7 +114,7 @@ type processor struct {
 	stopped     bool // stop collected what was left
 	shown       map[*worker]bool
 	queuedAt    map[*job]time.Time // when sampled jobs (timed) queued behind their key
-	keys        []string           // add's, kept between pages
+	fails       map[*job]*failure  // how the jobs that failed (failed) went
 
 	workers sync.WaitGroup // the workers
 	aux     sync.WaitGroup // backoff timers and the generations' context callbacks
@@ -122,7 +122,7 @@ type processor struct {
 
 func newProcessor(ctx context.Context, s *Subscriber, cfg processConfig, handle func(context.Context, *Message) error) (*processor, error) {
 	p := &processor{s: s, cfg: cfg, handle: handle, lanes: map[string]*lane{}, shown: map[*worker]bool{},
-		queuedAt: map[*job]time.Time{}}
+		queuedAt: map[*job]time.Time{}, fails: map[*job]*failure{}}
 	p.cond.L = &p.mu
 	met, err := newProcessMetrics(s.metrics, p.runningNow)
 	if err != nil {

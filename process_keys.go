@@ -14,19 +14,21 @@ import (
 //
 // Everything here is guarded by the processor's mutex.
 
-// job is one delivery as Process holds it. What only a failed delivery needs is apart
-// (failure), so that the jobs of a page, made at once, stay small.
+// job is one delivery as Process holds it. It is kept to 32 bytes: a page's jobs are made at
+// once, and their size is most of what Process costs per record beyond the handler (memory to
+// clear, to collect, and to move between the cores of the goroutine that adds them and the
+// workers). What only some jobs need is kept apart, found through the job: its generation
+// (genOfJob), its failures (p.fails), when its wait began (p.queuedAt).
 type job struct {
 	m     *Message
 	q     *keyQueue // its key's
-	gs    *genState
-	next  *job // the next delivery of the same key
-	fail  *failure
+	next  *job      // the next delivery of the same key
 	state jobState
 	// dropped: given back unhandled (its shard moved on, or Process ended); it is skipped when
 	// its key reaches it.
 	dropped bool
 	timed   bool // its wait behind its key is sampled: p.queuedAt holds when it began
+	failed  bool // it failed at least once: p.fails holds how
 }
 
 // failure is how the attempts of a delivery that failed went.
@@ -54,16 +56,23 @@ const (
 type keyQueue struct {
 	key        string
 	head, tail *job
+	lane       *lane
 }
 
-// lane is one shard's keys. It is kept while its shard is read here, so that its map does not
-// grow again for every page.
+// lane is one shard's keys. It is kept while its shard is read here, and a key's queue is kept
+// when it runs empty (up to maxIdleKeys of them), so that a key seen again costs one map
+// look-up rather than an insertion, a deletion and an allocation.
 type lane struct {
 	id      string
-	keys    map[string]*keyQueue // order key → its queue, while it holds a delivery
+	keys    map[string]*keyQueue // order key → its queue (head nil: empty)
+	live    int                  // queues holding a delivery
 	gens    []*genState          // the generations its jobs belong to, usually one
 	failing []*job               // jobs that failed and are not finished, by first failure
 }
+
+// maxIdleKeys: a lane drops its empty queues once it holds more than this many and more empty
+// ones than holding a delivery.
+const maxIdleKeys = 4096
 
 // maxIdleLanes: past this many lanes, lanes holding nothing are dropped when one is made (the
 // shards of a reshard, or handed back, leave theirs behind).
@@ -86,26 +95,22 @@ type genState struct {
 const waitSample = 32
 
 // addChunk is how many deliveries add takes in at a time, holding the lock: workers finishing
-// and taking jobs get it between two chunks of a large page.
+// and taking jobs get it between two chunks of a large page. Each chunk's jobs are one small
+// allocation: memory the allocator reuses warm, where a page's worth (hundreds of KiB) would be
+// fresh pages to fault in.
 const addChunk = 256
 
 // add takes a page of deliveries (one shard, one generation) into the lanes. The order keys are
 // computed before the lock is taken: they are the caller's code.
 func (p *processor) add(page []Message) {
-	jobs := make([]job, len(page))
-	keys := p.keys[:0] // only this goroutine adds
-	for i := range page {
-		jobs[i].m = &page[i]
-		keys = append(keys, p.cfg.orderKey(&page[i]))
-	}
-	defer func() { p.keys = keys[:0] }()
-	first := jobs[0].m
+	var keys [addChunk]string
+	first := &page[0]
 	p.mu.Lock()
 	l := p.lanes[first.ShardID()]
 	if l == nil {
 		if len(p.lanes) >= maxIdleLanes {
 			for id, idle := range p.lanes {
-				if len(idle.keys) == 0 && len(idle.gens) == 0 {
+				if idle.live == 0 && len(idle.gens) == 0 {
 					delete(p.lanes, id)
 				}
 			}
@@ -114,30 +119,41 @@ func (p *processor) add(page []Message) {
 		p.lanes[l.id] = l
 	}
 	gs := p.genOf(l, first)
-	gs.refs += len(jobs) // held until the last job of the page is in: l and gs stay
-	for i := range jobs {
-		if i > 0 && i%addChunk == 0 {
-			p.mu.Unlock()
-			p.mu.Lock()
-		}
-		j := &jobs[i]
-		j.gs = gs
-		q := l.keys[keys[i]]
-		if q == nil {
-			q = &keyQueue{key: keys[i], head: j, tail: j}
-			l.keys[q.key] = q
-			j.q = q
-			p.makeReady(j)
-			continue
-		}
-		j.q = q
-		q.tail.next, q.tail = j, j
-		if p.waitSampled++; p.waitSampled%waitSample == 0 && p.met.waitTimed() {
-			j.timed = true
-			p.queuedAt[j] = time.Now()
-		}
-	}
+	gs.refs += len(page) // held from now: l and gs stay while the chunks go in
 	p.mu.Unlock()
+	for at := 0; at < len(page); at += addChunk {
+		jobs := make([]job, min(addChunk, len(page)-at))
+		for i := range jobs {
+			jobs[i].m = &page[at+i]
+			if p.cfg.orderKey == nil {
+				keys[i] = jobs[i].m.PartitionKey()
+			} else {
+				keys[i] = p.cfg.orderKey(jobs[i].m)
+			}
+		}
+		p.mu.Lock()
+		for i := range jobs {
+			j, key := &jobs[i], keys[i]
+			q := l.keys[key]
+			if q == nil {
+				q = &keyQueue{key: key, lane: l}
+				l.keys[key] = q
+			}
+			j.q = q
+			if q.head == nil {
+				q.head, q.tail = j, j
+				l.live++
+				p.makeReady(j)
+				continue
+			}
+			q.tail.next, q.tail = j, j
+			if p.waitSampled++; p.waitSampled%waitSample == 0 && p.met.waitTimed() {
+				j.timed = true
+				p.queuedAt[j] = time.Now()
+			}
+		}
+		p.mu.Unlock()
+	}
 }
 
 // genOf returns the lane's state of m's generation, made on first use: its handlers'
@@ -162,6 +178,19 @@ func (p *processor) genOf(l *lane, m *Message) *genState {
 	l.gens = append(l.gens, gs)
 	return gs
 }
+
+// genOfJob returns the state of j's generation. Called with p.mu held.
+func (p *processor) genOfJob(j *job) *genState {
+	for _, gs := range j.q.lane.gens {
+		if gs.holds(j) {
+			return gs
+		}
+	}
+	panic("kinesub: Process lost a generation") // jobs hold theirs (refs)
+}
+
+// holds reports whether j is of this generation.
+func (gs *genState) holds(j *job) bool { return j.m.pg.gen == gs.gen && j.m.pg.shard == gs.w }
 
 // release ends a generation none of whose jobs is left.
 func (p *processor) release(gs *genState) {
@@ -216,10 +245,18 @@ func (p *processor) advance(h *job) {
 	}
 	q := h.q
 	if n == nil {
-		l := h.gs.lane
-		delete(l.keys, q.key)
-		if len(l.keys) == 0 && len(l.gens) == 0 && h.m.stale() {
+		l := q.lane
+		q.head, q.tail = nil, nil
+		l.live--
+		switch {
+		case l.live == 0 && len(l.gens) == 0 && h.m.stale():
 			delete(p.lanes, l.id) // its shard moved on
+		case len(l.keys) > maxIdleKeys && len(l.keys) > 2*l.live:
+			for k, e := range l.keys {
+				if e.head == nil {
+					delete(l.keys, k)
+				}
+			}
 		}
 		return
 	}
@@ -240,14 +277,15 @@ func (p *processor) retire(j *job) {
 		delete(p.queuedAt, j)
 		j.timed = false
 	}
-	if f := j.fail; f != nil {
-		if f.timer != nil && f.timer.Stop() {
+	if j.failed {
+		if f := p.fails[j]; f.timer != nil && f.timer.Stop() {
 			p.aux.Done()
 		}
-		f.timer = nil
 		p.unfail(j)
+		delete(p.fails, j)
+		j.failed = false
 	}
-	gs := j.gs
+	gs := p.genOfJob(j)
 	if gs.refs--; gs.refs == 0 {
 		p.release(gs)
 	}
@@ -273,15 +311,17 @@ func (p *processor) sweep(gs *genState) {
 	l := gs.lane
 	heads := make([]*job, 0, len(l.keys))
 	for _, q := range l.keys {
-		heads = append(heads, q.head)
+		if q.head != nil {
+			heads = append(heads, q.head)
+		}
 	}
 	for _, h := range heads {
 		for x := h.next; x != nil; x = x.next {
-			if x.gs == gs && !x.dropped {
+			if gs.holds(x) && !x.dropped {
 				p.drop(x)
 			}
 		}
-		if h.gs == gs && !h.dropped && h.state != jobRunning {
+		if gs.holds(h) && !h.dropped && h.state != jobRunning {
 			p.drop(h)
 			p.advance(h)
 		}
@@ -295,7 +335,7 @@ func (p *processor) retryDue(j *job) {
 	if j.state != jobWaiting || p.closing {
 		return // given back meanwhile, or Process is ending and collects it
 	}
-	j.fail.timer = nil
+	p.fails[j].timer = nil
 	p.makeReady(j)
 }
 

@@ -17,7 +17,7 @@ type processConfig struct {
 	backoffBase time.Duration
 	backoffMax  time.Duration
 	deadLetter  func(context.Context, *Message, error) error
-	orderKey    func(*Message) string
+	orderKey    func(*Message) string // nil: the partition key
 
 	errs []error // collected while applying options, reported by validate
 }
@@ -27,7 +27,6 @@ func defaultProcessConfig() processConfig {
 		concurrency: 16,
 		backoffBase: 100 * time.Millisecond,
 		backoffMax:  30 * time.Second,
-		orderKey:    (*Message).PartitionKey,
 	}
 }
 

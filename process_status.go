@@ -42,7 +42,7 @@ func (p *processor) publish(l *lane, w *worker) {
 		w.setProcessStatus(nil)
 		return
 	}
-	m, of := oldest.m, oldest.fail
+	m, of := oldest.m, p.fails[oldest]
 	f := &FailingRecord{
 		SequenceNumber: m.SequenceNumber(), SubSequenceNumber: m.SubSequenceNumber(), OrderKey: oldest.q.key,
 		Attempts: of.attempts, Since: of.since,
@@ -61,7 +61,7 @@ func (p *processor) publish(l *lane, w *worker) {
 
 // unfail takes a finished job off its shard's failing records. Called with p.mu held.
 func (p *processor) unfail(j *job) {
-	l := j.gs.lane
+	l := j.q.lane
 	for i, f := range l.failing {
 		if f == j {
 			l.failing = append(l.failing[:i], l.failing[i+1:]...)
