@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -101,20 +102,20 @@ type processor struct {
 	ctx    context.Context // Process's: the handlers' contexts carry its values and deadline
 	ackCtx context.Context // the acks' (a write with WithCheckpointInterval(0)): not cancelled by stop
 
-	mu          sync.Mutex
-	cond        sync.Cond // idle workers wait on it
-	lanes       map[string]*lane
-	ready       jobRing
-	started     int // workers started
-	idle        int // workers waiting on cond
-	wakes       int // workers woken or started, not yet at the ready queue
-	running     int // handlers running
-	waitSampled int
-	closing     bool // stop began: nothing more starts
-	stopped     bool // stop collected what was left
-	shown       map[*worker]bool
-	queuedAt    map[*job]time.Time // when sampled jobs (timed) queued behind their key
-	fails       map[*job]*failure  // how the jobs that failed (failed) went
+	mu       sync.Mutex
+	cond     sync.Cond // idle workers wait on it
+	lanes    map[string]*lane
+	ready    jobRing
+	started  int    // workers started
+	idle     int    // workers waiting on cond
+	wakes    int    // workers woken or started, not yet at the ready queue
+	running  int    // handlers running
+	rnd      uint64 // sample's state
+	closing  bool   // stop began: nothing more starts
+	stopped  bool   // stop collected what was left
+	shown    map[*worker]bool
+	queuedAt map[*job]time.Time // when sampled jobs (timed) queued behind their key
+	fails    map[*job]*failure  // how the jobs that failed (failed) went
 
 	workers sync.WaitGroup // the workers
 	aux     sync.WaitGroup // backoff timers and the generations' context callbacks
@@ -124,6 +125,7 @@ func newProcessor(ctx context.Context, s *Subscriber, cfg processConfig, handle 
 	p := &processor{s: s, cfg: cfg, handle: handle, lanes: map[string]*lane{}, shown: map[*worker]bool{},
 		queuedAt: map[*job]time.Time{}, fails: map[*job]*failure{}}
 	p.cond.L = &p.mu
+	p.rnd = rand.Uint64() | 1
 	met, err := newProcessMetrics(s.metrics, p.runningNow)
 	if err != nil {
 		return nil, err

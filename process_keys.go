@@ -91,8 +91,19 @@ type genState struct {
 	refs      int         // jobs of this generation not finished
 }
 
-// waitSample: one in waitSample deliveries that queue behind their key have their wait timed.
+// waitSample: one in waitSample deliveries that queue behind their key have their wait timed,
+// drawn at random (keys often come round in a fixed order, which a count would alias with).
 const waitSample = 32
+
+// sample draws whether to time a wait (xorshift). Called with p.mu held.
+func (p *processor) sample() bool {
+	x := p.rnd
+	x ^= x << 13
+	x ^= x >> 7
+	x ^= x << 17
+	p.rnd = x
+	return x%waitSample == 0
+}
 
 // addChunk is how many deliveries add takes in at a time, holding the lock: workers finishing
 // and taking jobs get it between two chunks of a large page. Each chunk's jobs are one small
@@ -147,7 +158,7 @@ func (p *processor) add(page []Message) {
 				continue
 			}
 			q.tail.next, q.tail = j, j
-			if p.waitSampled++; p.waitSampled%waitSample == 0 && p.met.waitTimed() {
+			if p.sample() && p.met.waitTimed() {
 				j.timed = true
 				p.queuedAt[j] = time.Now()
 			}
