@@ -44,6 +44,7 @@ func addKeyed(f *fakeStream, i, n, keys int, counts map[string]int) []string {
 // order, one at a time, and how many handlers ran at once. It is safe for concurrent use.
 type keyLog struct {
 	t        *testing.T
+	byKey    bool // keys across shards (a reshard moves a key to a child), not per shard
 	mu       sync.Mutex
 	next     map[string]int  // shard/key → next count expected
 	running  map[string]bool // shard/key → a handler of it runs
@@ -61,7 +62,7 @@ func (k *keyLog) begin(m *Message) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	key, n, _ := strings.Cut(string(m.Data()), "/")
-	id := m.ShardID() + "/" + key
+	id := k.id(m, key)
 	if k.running[id] {
 		k.t.Errorf("key %s: %s started while an earlier record of the key runs", id, m.Data())
 	}
@@ -78,13 +79,20 @@ func (k *keyLog) end(m *Message, done bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	key, _, _ := strings.Cut(string(m.Data()), "/")
-	id := m.ShardID() + "/" + key
+	id := k.id(m, key)
 	k.running[id] = false
 	k.now--
 	if done {
 		k.next[id]++
 		k.handled++
 	}
+}
+
+func (k *keyLog) id(m *Message, key string) string {
+	if k.byKey {
+		return key
+	}
+	return m.ShardID() + "/" + key
 }
 
 func (k *keyLog) count() int {
