@@ -145,9 +145,11 @@ func (m *Message) Position() Position {
 func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false, false) }
 
 // Nack gives the message back. With requeue false the message is skipped: treated as handled.
-// With requeue true it stays unhandled: the shard's checkpoint cannot pass it, so it and every
-// later record of its shard are delivered again when the shard's lease is next taken (after a
-// restart or a handoff). Reading goes on meanwhile, up to the in-flight cap.
+// With requeue true it stays unhandled and is not delivered again by this subscriber: the
+// shard's checkpoint cannot pass it until the lease moves (a restart or a handoff), when it and
+// every later record of its shard are delivered again. Reading goes on meanwhile, up to
+// WithMaxInFlight, which then stops the shard. To retry a record, use Process, which retries it
+// in process, in order with its key.
 func (m *Message) Nack(ctx context.Context, requeue bool) error { return m.settle(ctx, true, requeue) }
 
 func (m *Message) settle(ctx context.Context, nack, requeue bool) error {
