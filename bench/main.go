@@ -21,6 +21,8 @@
 //     Scan of the table, against the change row with the lease_stream index;
 //   - with -startup, the time from Subscribe to every shard of a 1,000-shard stream held and
 //     delivering, with 1 and 3 instances, and the heap per held shard.
+//   - Process (process.go): CPU per record against All's with a handler that does nothing, and
+//     records/s with a 10ms handler against an unordered pool and a sequential loop.
 //
 // It needs the local servers that `make bench` starts (AWS_ENDPOINT_URL_KINESIS and
 // AWS_ENDPOINT_URL_DYNAMODB, checked to be on loopback, so it never touches real AWS). Run it
@@ -107,6 +109,11 @@ func run() error {
 	}
 	if *startup {
 		if err := startupFigures(); err != nil {
+			return err
+		}
+	}
+	if *processFigs { // process.go
+		if err := processFigures(); err != nil {
 			return err
 		}
 	}
