@@ -26,6 +26,12 @@
 //		b.Ack(ctx)
 //	}
 //
+// Process runs a handler on many records at once, in order per key: records of one shard with
+// the same partition key (WithOrderKey) one after another, the others up to WithConcurrency at
+// once; a handler that returns nil acks its record, one that fails is retried in process behind
+// its key (WithMaxAttempts, WithRetryBackoff, WithDeadLetter). docs/processing.md has the whole
+// promise.
+//
 // Leaving a loop early loses nothing: the next loop, or Messages, goes on with what it left.
 // One consumer pulls at a time (ErrConsumerBusy); once Messages was called, the channel
 // consumes for good. Every style keeps the seek guarantee: nothing fetched before Seek
@@ -161,8 +167,9 @@
 // Subscribers and publishers report OpenTelemetry metrics through the metric API: lag per
 // shard (kinesub.shard.millis_behind_latest), deliveries in flight, records consumed, acked
 // and nacked, leases held and their transitions (acquired, stolen, lost, released,
-// handed_back), checkpoint writes, and every Kinesis and lease store call by operation and
-// outcome (ok, throttled, error). They go to the global MeterProvider unless WithMeterProvider
+// handed_back), checkpoint writes, Process's handlers running, failed attempts, dead letters
+// and waits behind a key, and every Kinesis and lease store call by operation and outcome (ok,
+// throttled, error). They go to the global MeterProvider unless WithMeterProvider
 // (WithPublishMeterProvider for a Publisher) names another; the global one discards them until
 // the application installs an SDK. The repository's docs/metrics.md lists every metric and what
 // to alert on.

@@ -98,6 +98,7 @@ const (
 	OpDeleteHeartbeat  Op = "DeleteHeartbeat"  // deleting a heartbeat row (this owner's, or a departed one's)
 	OpSeek             Op = "Seek"             // repositioning a shard
 	OpSubscribeToShard Op = "SubscribeToShard" // reading a shard over enhanced fan-out
+	OpProcess          Op = "Process"          // a record's handler or dead-letter function failed (ProcessError)
 )
 
 func (e *ShardError) Error() string {
@@ -118,4 +119,45 @@ func nilContext(method string) error {
 // optionError builds the error for an option value outside its range.
 func optionError(option string, value any, allowed string) error {
 	return fmt.Errorf("%w: %s(%v): %s", ErrInvalidOption, option, value, allowed)
+}
+
+// ProcessError is the Err of the *ShardError that Process reports on Errors for each failed
+// attempt of a record: which record, which attempt, and why.
+type ProcessError struct {
+	SequenceNumber    string
+	SubSequenceNumber int  // within a KPL aggregate; 0 otherwise
+	Attempt           int  // 1 for the first attempt
+	DeadLetter        bool // the dead-letter function failed, not the handler
+	Err               error
+}
+
+func (e *ProcessError) Error() string {
+	what := "attempt"
+	if e.DeadLetter {
+		what = "dead letter, attempt"
+	}
+	if e.SubSequenceNumber != 0 {
+		return fmt.Sprintf("record %s (user record %d), %s %d: %v", e.SequenceNumber, e.SubSequenceNumber, what, e.Attempt, e.Err)
+	}
+	return fmt.Sprintf("record %s, %s %d: %v", e.SequenceNumber, what, e.Attempt, e.Err)
+}
+
+func (e *ProcessError) Unwrap() error { return e.Err }
+
+// PanicError is the error of an attempt whose handler (or dead-letter function) panicked: the
+// value it panicked with and the goroutine's stack. Process recovers the panic and treats the
+// attempt as failed.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("kinesub: handler panicked: %v\n%s", e.Value, e.Stack)
+}
+
+// Unwrap returns the panic value when it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
 }

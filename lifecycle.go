@@ -220,6 +220,7 @@ func (w *worker) endGeneration(end *ending) uint64 {
 		return 0
 	}
 	gen := w.gate.Add(1)
+	w.work.endStale()
 	switch end.cause {
 	case causeSeek, causeLoss:
 		w.work.cancel()
@@ -237,21 +238,28 @@ func (w *worker) endGeneration(end *ending) uint64 {
 	return gen
 }
 
-// work is the context of the running work (Process handlers) of one generation's records.
+// work is what the running work (Process's handlers) on one generation's records is told
+// through: stale ends as soon as the generation ends, whatever ends it (nothing more of it may
+// start); ctx ends when its running work must stop, at once on a seek or a lost lease, at the
+// end of the drain on a hand-back or Close.
 type work struct {
-	gen    uint64
-	ctx    context.Context
-	cancel context.CancelFunc
+	gen      uint64
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stale    context.Context
+	endStale context.CancelFunc
 }
 
 func newWork(gen uint64) *work {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &work{gen: gen, ctx: ctx, cancel: cancel}
+	wk := &work{gen: gen}
+	wk.ctx, wk.cancel = context.WithCancel(context.Background())
+	wk.stale, wk.endStale = context.WithCancel(context.Background())
+	return wk
 }
 
-// workContext returns the context for work on a record of generation gen: done at once when
-// that generation was sought away from or the lease lost, and, for a hand-back or Close, once
-// their drain ends.
+// workContext returns the context for running work on a record of generation gen: done at once
+// when that generation was sought away from or the lease lost, and, for a hand-back or Close,
+// once their drain ends.
 func (w *worker) workContext(gen uint64) context.Context {
 	w.lifeMu.Lock()
 	defer w.lifeMu.Unlock()
@@ -261,9 +269,20 @@ func (w *worker) workContext(gen uint64) context.Context {
 	return w.work.ctx
 }
 
+// staleContext returns a context that ends once generation gen ended (done already if it has).
+func (w *worker) staleContext(gen uint64) context.Context {
+	w.lifeMu.Lock()
+	defer w.lifeMu.Unlock()
+	if w.work.gen != gen {
+		return doneContext
+	}
+	return w.work.stale
+}
+
 // stopWork tells the running work of the current generation to stop: a drain has ended.
 func (w *worker) stopWork() {
 	w.lifeMu.Lock()
+	w.work.endStale()
 	w.work.cancel()
 	w.lifeMu.Unlock()
 }

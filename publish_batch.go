@@ -27,8 +27,8 @@ type batch struct {
 	p     *Publisher
 	cfg   *publisherConfig
 	recs  []pubRecord
-	keys  []*keyQueue // in the order of their first record
-	left  int         // records neither written nor failed
+	keys  []*pubKeyQueue // in the order of their first record
+	left  int            // records neither written nor failed
 	start time.Time
 	plan  *aggPlan // with WithPublishAggregation
 	runs  []keyRun // backs the runs of units of one record (oneRun)
@@ -75,14 +75,14 @@ func (p *Publisher) publishBatch(ctx context.Context, recs []pubRecord) error {
 		counts[q]++
 		ofKey[i] = q
 	}
-	queues := make([]keyQueue, len(counts))
+	queues := make([]pubKeyQueue, len(counts))
 	all := make([]int, len(recs))
 	off := 0
 	for q, n := range counts {
 		queues[q].recs = all[off : off : off+n]
 		off += n
 	}
-	b.keys = make([]*keyQueue, len(queues))
+	b.keys = make([]*pubKeyQueue, len(queues))
 	for q := range queues {
 		b.keys[q] = &queues[q]
 	}
@@ -180,7 +180,7 @@ func (b *batch) route(ctx context.Context) error {
 }
 
 // enqueue lists k as ready in the queue of the shard its next record is predicted for.
-func (b *batch) enqueue(k *keyQueue, front bool) {
+func (b *batch) enqueue(k *pubKeyQueue, front bool) {
 	id := ""
 	if b.m != nil {
 		id = b.m.find(b.recs[k.recs[0]].hash)
@@ -415,7 +415,7 @@ func (b *batch) requeue(runs []keyRun, front bool) {
 
 // failKey fails every record left of a key: the first ran out of time or retries, and the
 // others must not be written before it.
-func (b *batch) failKey(k *keyQueue, reason string) {
+func (b *batch) failKey(k *pubKeyQueue, reason string) {
 	for _, i := range k.recs {
 		b.recs[i].state = recFailed
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
-// How PublishBatch queues its records: per partition key, in order (keyQueue); the keys whose
+// How PublishBatch queues its records: per partition key, in order (pubKeyQueue); the keys whose
 // next record may be sent, per predicted shard (shardQueue); and the next group of records for
 // each shard, booked in the shard's pacer (group). A key is busy from the moment its first
 // records join a group until the call that carried them is answered, so that a key never has
@@ -34,8 +34,8 @@ type pubRecord struct {
 	uncertain bool      // a call that carried it lost its answer: it may be stored already
 }
 
-// keyQueue is one partition key's records not yet written or failed, in order.
-type keyQueue struct {
+// pubKeyQueue is one partition key's records not yet written or failed, in order.
+type pubKeyQueue struct {
 	recs []int
 	busy bool
 	in   *shardQueue // the queue that lists it as ready; nil while busy or empty
@@ -45,18 +45,18 @@ type keyQueue struct {
 // write to the back. Entries are dropped lazily: a key listed in a queue that no longer holds it
 // (it moved, became busy or emptied) is skipped.
 type keyDeque struct {
-	front []*keyQueue // a stack: its last entry comes first
-	back  []*keyQueue
+	front []*pubKeyQueue // a stack: its last entry comes first
+	back  []*pubKeyQueue
 	head  int // back[head:] are the entries left
 }
 
-func (d *keyDeque) pushFront(k *keyQueue) { d.front = append(d.front, k) }
-func (d *keyDeque) pushBack(k *keyQueue)  { d.back = append(d.back, k) }
+func (d *keyDeque) pushFront(k *pubKeyQueue) { d.front = append(d.front, k) }
+func (d *keyDeque) pushBack(k *pubKeyQueue)  { d.back = append(d.back, k) }
 
 // first returns the first key still ready in sq, dropping the entries before it.
-func (d *keyDeque) first(sq *shardQueue) *keyQueue {
+func (d *keyDeque) first(sq *shardQueue) *pubKeyQueue {
 	for {
-		var k *keyQueue
+		var k *pubKeyQueue
 		switch {
 		case len(d.front) > 0:
 			k = d.front[len(d.front)-1]
@@ -125,7 +125,7 @@ type unit struct {
 
 // keyRun is the first n records of a key, carried by a unit.
 type keyRun struct {
-	k *keyQueue
+	k *pubKeyQueue
 	n int
 }
 
@@ -160,7 +160,7 @@ func (b *batch) build(sq *shardQueue, now time.Time) *group {
 
 // nextKey returns sq's first ready key, failing on the way keys whose first record ran out of
 // time since it was first sent.
-func (b *batch) nextKey(sq *shardQueue, now time.Time) *keyQueue {
+func (b *batch) nextKey(sq *shardQueue, now time.Time) *pubKeyQueue {
 	for {
 		k := sq.ready.first(sq)
 		if k == nil {
@@ -175,7 +175,7 @@ func (b *batch) nextKey(sq *shardQueue, now time.Time) *keyQueue {
 }
 
 // take marks the first n records of k busy in a unit for sq.
-func (b *batch) take(sq *shardQueue, k *keyQueue, n int) keyRun {
+func (b *batch) take(sq *shardQueue, k *pubKeyQueue, n int) keyRun {
 	sq.ready.drop()
 	k.busy, k.in = true, nil
 	for _, i := range k.recs[:n] {

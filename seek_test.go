@@ -286,7 +286,10 @@ func keyed(from, to int) []string {
 func TestSeekHorizon(t *testing.T) {
 	s := newStream(t, 1)
 	s.publish(5, 1) // key-0/0..4, before subscribing
-	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithInitialPosition(AtTimestamp(time.Now())))...)
+	// Arrival times are kept to the millisecond: start in a later one than the last record's.
+	after := time.Now().Add(time.Millisecond)
+	eventually(t, time.Second, "a later millisecond", func() bool { return time.Now().After(after) })
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithInitialPosition(AtTimestamp(after)))...)
 	ready(t, s, sub)
 	s.publish(10, 1)                                   // key-0/5..14
 	require.Equal(t, keyed(5, 7), recvData(t, sub, 2)) // the backlog is not delivered

@@ -99,6 +99,8 @@ type worker struct {
 	millisBehind atomic.Int64
 	throttled    atomic.Bool
 	rejected     atomic.Bool // Kinesis refuses the stored checkpoint (ErrCheckpointRejected)
+
+	failing atomic.Pointer[FailingRecord] // the record Process has retried longest; for Shards
 }
 
 func newWorker(env *shardEnv, id string, l lease.Lease, acquired time.Time, stolen bool) *worker {

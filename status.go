@@ -58,6 +58,8 @@ type ShardStatus struct {
 	// after it: with WaitingForAcks, this is the record to look for.
 	OldestUnsettled       string `json:"oldest_unsettled,omitempty"`
 	OldestUnsettledMillis int64  `json:"oldest_unsettled_millis,omitempty"`
+	// Failing is the record of this shard that Process has been retrying longest, if any.
+	Failing *FailingRecord `json:"failing,omitempty"`
 }
 
 // Shards reports the state of every shard of the stream as of this subscriber's last rounds
@@ -95,4 +97,5 @@ func (w *worker) describe(st *ShardStatus) {
 	st.Throttled = w.throttled.Load()
 	st.WaitingForAcks = w.waitingRoom.Load()
 	st.Checkpoints = w.checkpoints.Load()
+	st.Failing = w.processStatus()
 }

@@ -15,6 +15,20 @@ import (
 // TestChaos runs the full chaos run against the emulators: three consumer processes, 100,000
 // records, five kill -9s. Its logs are kept when it fails.
 func TestChaos(t *testing.T) {
+	runChaos(t, DefaultConfig())
+}
+
+// TestChaosProcess runs it with consumers that handle records with Subscriber.Process, 64 at
+// once: nothing is lost, and per partition key no record is handled before the one before it
+// was first handled, across kills and takeovers.
+func TestChaosProcess(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Process = true
+	cfg.Records, cfg.Kills = 50_000, 3
+	runChaos(t, cfg)
+}
+
+func runChaos(t *testing.T, cfg Config) {
 	kc, dc := testenv.Kinesis(t), testenv.DynamoDB(t)
 	dir, err := os.MkdirTemp("", "kinesub-chaos-")
 	require.NoError(t, err)
@@ -23,7 +37,6 @@ func TestChaos(t *testing.T) {
 			os.RemoveAll(dir)
 		}
 	})
-	cfg := DefaultConfig()
 	cfg.Dir = dir
 	cfg.Race = raceEnabled
 	cfg.Logf = t.Logf

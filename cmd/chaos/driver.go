@@ -47,7 +47,11 @@ type Config struct {
 	Seed       uint64        // picks kill times and victims; 0 picks one at random
 	Dir        string        // where logs and the consumer binary go; if empty, a temporary one, removed unless the run failed
 	Race       bool          // build the consumer with the race detector
-	Logf       func(format string, args ...any)
+	// Process makes the consumers handle records with Subscriber.Process (64 handlers at once,
+	// each taking up to 2ms) rather than a Messages loop: records of different keys are then
+	// handled out of their shard's order, and the checks follow the per-key promise instead.
+	Process bool
+	Logf    func(format string, args ...any)
 }
 
 // DefaultConfig is the run `go run ./cmd/chaos` does without flags.
@@ -218,7 +222,8 @@ func (r *run) start(slot int) (*proc, error) {
 	p.stderr = stderr
 	p.cmd = exec.Command(r.bin,
 		"-stream", r.stream, "-table", r.table, "-owner", owner, "-log", p.log,
-		"-ttl", r.cfg.TTL.String(), "-checkpoint", r.cfg.Checkpoint.String())
+		"-ttl", r.cfg.TTL.String(), "-checkpoint", r.cfg.Checkpoint.String(),
+		fmt.Sprintf("-process=%t", r.cfg.Process))
 	p.cmd.Stdout, p.cmd.Stderr = stderr, stderr
 	if err := p.cmd.Start(); err != nil {
 		stderr.Close()
@@ -398,6 +403,7 @@ func (r *run) chaos(ctx context.Context) (*Report, error) {
 	in := verifyInput{
 		records: cfg.Records, keys: cfg.Keys, shards: int(cfg.Shards),
 		renew: cfg.TTL / 3, slack: cfg.Slack, stream: r.stream, final: final, kills: kills,
+		process: cfg.Process,
 		// A killed owner's lease lapses within a TTL of its last renewal; a claim round comes
 		// every TTL/3. One more round covers a round that just missed the expiry.
 		maxTakeover: cfg.TTL + 2*cfg.TTL/3 + cfg.Slack,

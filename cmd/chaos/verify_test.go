@@ -59,9 +59,10 @@ const (
 // scenario is one shard read by a, killed at 400ms after checkpointing its first record, then
 // taken over by b, which re-reads two records and reads the last one.
 type scenario struct {
-	a, b  *fakeLog
-	final []lease.Lease
-	kills []killEvent
+	a, b    *fakeLog
+	final   []lease.Lease
+	kills   []killEvent
+	process bool // the consumers ran Subscriber.Process
 }
 
 func baseScenario() *scenario {
@@ -92,7 +93,7 @@ func (sc *scenario) verify(t *testing.T) *Report {
 	in := verifyInput{
 		records: testRecords, keys: testKeys, shards: 1, stream: testStream,
 		renew: 100 * time.Millisecond, slack: 100 * time.Millisecond, maxTakeover: 2 * time.Second,
-		final: sc.final, kills: sc.kills,
+		final: sc.final, kills: sc.kills, process: sc.process,
 	}
 	for _, f := range []*fakeLog{sc.a, sc.b} {
 		path := filepath.Join(dir, f.owner+".log")
@@ -202,4 +203,29 @@ func TestVerifyFindsViolations(t *testing.T) {
 			assert.Contains(t, strings.Join(rep.Violations, "\n"), tt.want)
 		})
 	}
+}
+
+// With Process, a tenure logs its shard's records out of sequence order across keys; that is
+// no violation, while a key's record handled before the one before it is.
+func TestVerifyProcessKeyOrder(t *testing.T) {
+	outOfShardOrder := func(sc *scenario) {
+		sc.a = &fakeLog{owner: "a", killed: at(400)}
+		sc.a.take(0, shard0, "").
+			deliver(10, shard0, "11", 1).deliver(20, shard0, "10", 0).
+			checkpoint(30, shard0, "10").
+			deliver(40, shard0, "12", 2)
+	}
+	sc := baseScenario()
+	outOfShardOrder(sc)
+	require.Contains(t, strings.Join(sc.verify(t).Violations, "\n"), "went back", "a Messages consumer must read in order")
+	sc.process = true
+	assert.Empty(t, sc.verify(t).Violations)
+
+	sc = baseScenario()
+	sc.process = true
+	sc.a = &fakeLog{owner: "a", killed: at(400)}
+	sc.a.take(0, shard0, "").
+		deliver(10, shard0, "12", 2).deliver(20, shard0, "10", 0).deliver(25, shard0, "11", 1).
+		checkpoint(30, shard0, "10")
+	assert.Contains(t, strings.Join(sc.verify(t).Violations, "\n"), "key k00000: record 1 first handled at")
 }

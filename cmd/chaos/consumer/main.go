@@ -5,6 +5,10 @@
 // A record is acknowledged only after its log line was handed to the operating system, so a
 // record whose checkpoint was written is always in some log, even after kill -9. SIGTERM (or
 // SIGINT) closes the subscription, which writes the final checkpoints and releases the leases.
+//
+// With -process it handles records with Subscriber.Process instead of a Messages loop: 64
+// handlers at once, each logging its record as it starts, taking up to 2ms (a stand-in for a
+// service's I/O), flushing the log and returning nil, which acks the record.
 package main
 
 import (
@@ -12,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"syscall"
@@ -41,6 +46,7 @@ func main() {
 		poll       = flag.Duration("poll", 100*time.Millisecond, "poll interval of an idle shard")
 		sync       = flag.Duration("sync", time.Second, "shard list refresh interval")
 		checkpoint = flag.Duration("checkpoint", 200*time.Millisecond, "checkpoint interval")
+		process    = flag.Bool("process", false, "handle records with Subscriber.Process")
 	)
 	flag.Parse()
 	if *stream == "" || *table == "" || *owner == "" || *logPath == "" {
@@ -52,7 +58,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		os.Exit(1)
 	}
-	err = run(log, *stream, *table,
+	err = run(log, *stream, *table, *process,
 		kinesub.WithOwner(*owner),
 		kinesub.WithLeaseTTL(*ttl),
 		kinesub.WithPollInterval(*poll),
@@ -74,7 +80,7 @@ func main() {
 	}
 }
 
-func run(log *chaoslog.Writer, stream, table string, opts ...kinesub.Option) error {
+func run(log *chaoslog.Writer, stream, table string, process bool, opts ...kinesub.Option) error {
 	for _, v := range []string{testenv.KinesisEndpointVar, testenv.DynamoDBEndpointVar} {
 		if err := testenv.CheckLoopback(os.Getenv(v)); err != nil {
 			return fmt.Errorf("%s: %w", v, err)
@@ -118,6 +124,9 @@ func run(log *chaoslog.Writer, stream, table string, opts ...kinesub.Option) err
 		closed <- sub.Close(ctx)
 	}()
 
+	if process {
+		return processRecords(log, sub, closed)
+	}
 	// Log each delivery, then flush the lines and only then ack them: a checkpoint can never
 	// pass a record whose line could still be lost.
 	var pending []*kinesub.Message
@@ -162,6 +171,27 @@ func run(log *chaoslog.Writer, stream, table string, opts ...kinesub.Option) err
 		return err
 	}
 	if err := sub.Err(); err != nil {
+		return err // the subscription failed on its own
+	}
+	return <-closed
+}
+
+// processRecords handles the records with Process until the subscription is closed: each
+// handler logs its record first thing (the verifier takes a record's first line as when it was
+// first handled), works up to 2ms, and flushes the log before it returns nil, which acks the
+// record.
+func processRecords(log *chaoslog.Writer, sub *kinesub.Subscriber, closed <-chan error) error {
+	err := sub.Process(context.Background(), func(ctx context.Context, m *kinesub.Message) error {
+		log.Delivery(m.ShardID(), m.SequenceNumber(), m.PartitionKey(), m.Data())
+		t := time.NewTimer(time.Duration(rand.N(2000)) * time.Microsecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		return log.Flush()
+	}, kinesub.WithConcurrency(64))
+	if err != nil {
 		return err // the subscription failed on its own
 	}
 	return <-closed

@@ -1,0 +1,462 @@
+package kinesub
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// Process against the shard lifecycle: seeks, lost and handed-back leases, Close, and Process's
+// own end. These run in synctest bubbles, so "a handler is running now" and "nothing more
+// starts" are states to wait for, not guesses.
+
+// startProcess runs Process on sub until the returned stop is called, which returns its error.
+func startProcess(sub *Subscriber, handle func(context.Context, *Message) error, opts ...ProcessOption) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	res := make(chan error, 1)
+	go func() { res <- sub.Process(ctx, handle, opts...) }()
+	return func() error {
+		cancel()
+		return <-res
+	}
+}
+
+// TestProcessSeekFence: a Seek while handlers run cancels their contexts before it returns; no
+// record fetched before the seek is started afterwards (one checked in that instant finds its
+// context ended, and is neither acked nor retried); the records from the new position are
+// handled in order per key.
+func TestProcessSeekFence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, keys, target = 300, 30, 200
+		f := newFakeStream("seek", 1)
+		seqs := addKeyed(f, 0, n, keys, map[string]int{})
+		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()), WithBatchSize(50))...)
+		shard := f.shards[0].id
+		var sought atomic.Bool
+		var lateStale atomic.Int64 // records fetched before the seek entered after it
+		var mu sync.Mutex
+		runningOld := 0 // handlers of records fetched before the seek still running
+		var after []string
+		handled := 0
+		stop := startProcess(sub, func(ctx context.Context, m *Message) error {
+			if sought.Load() && m.stale() {
+				lateStale.Add(1)
+				if ctx.Err() == nil {
+					t.Errorf("%s, fetched before the seek, started after it with a live context", m.Data())
+				}
+			}
+			old := !sought.Load()
+			mu.Lock()
+			if old {
+				runningOld++
+			}
+			mu.Unlock()
+			defer func() {
+				mu.Lock()
+				if old {
+					runningOld--
+				}
+				mu.Unlock()
+			}()
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			handled++
+			if sought.Load() && !m.stale() {
+				after = append(after, string(m.Data()))
+			}
+			return nil
+		}, WithConcurrency(8))
+		for {
+			mu.Lock()
+			h := handled
+			mu.Unlock()
+			if h >= 40 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		sought.Store(true)
+		require.NoError(t, sub.Seeker().Seek(context.Background(), AtSequence(shard, seqs[target])))
+		synctest.Wait() // every handler whose context the seek ended has returned
+		mu.Lock()
+		require.Zero(t, runningOld, "handlers of the old position still run after the seek")
+		mu.Unlock()
+		for {
+			mu.Lock()
+			got := len(after)
+			mu.Unlock()
+			if got >= n-target {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		require.NoError(t, stop())
+		// Only a worker that checked its record in the instant of the seek may enter it.
+		require.LessOrEqual(t, lateStale.Load(), int64(8), "records fetched before the seek were started after it")
+		// From the target on, per key in order, each once.
+		next := map[string]int{}
+		for i := range target {
+			next["k"+strconv.Itoa(i%keys)]++
+		}
+		require.Len(t, after, n-target)
+		for _, d := range after {
+			k, c, _ := strings.Cut(d, "/")
+			require.Equal(t, strconv.Itoa(next[k]), c, "key %s after the seek: %v", k, after)
+			next[k]++
+		}
+	})
+}
+
+// TestProcessLeaseLossCancels: when the lease is taken over, the context of the handler running
+// on that shard ends, the record is not retried, and nothing more starts from the shard.
+func TestProcessLeaseLossCancels(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("lost", 1)
+		addKeyed(f, 0, 5, 1, map[string]int{})
+		store := lease.NewMemory()
+		ttl := 900 * time.Millisecond
+		sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithInitialPosition(Horizon()), WithLeaseTTL(ttl))...)
+		errs := processErrors(sub)
+		var started []string
+		var mu sync.Mutex
+		var cancelled atomic.Int64
+		running := make(chan struct{}, 1)
+		stop := startProcess(sub, func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			started = append(started, string(m.Data()))
+			mu.Unlock()
+			if string(m.Data()) == "k0/0" {
+				return nil
+			}
+			running <- struct{}{}
+			<-ctx.Done()
+			cancelled.Add(1)
+			return ctx.Err()
+		})
+		<-running // k0/1 runs
+		l := readLease(t, store, f.stream, f.shards[0].id)
+		ok, err := store.Steal(context.Background(), l.Key, "thief", l.Counter, time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		start := time.Now()
+		for cancelled.Load() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		require.LessOrEqual(t, time.Since(start), ttl/3, "cancelled at the next renewal")
+		time.Sleep(time.Minute) // long past any backoff
+		synctest.Wait()
+		require.NoError(t, stop())
+		require.Equal(t, []string{"k0/0", "k0/1"}, started, "k0/1 neither retried nor followed")
+		require.Empty(t, errs(), "a cancelled attempt of a shard that moved on is no failure")
+		require.Equal(t, "thief", readLease(t, store, f.stream, f.shards[0].id).Owner)
+	})
+}
+
+// TestProcessCloseDrain: Close lets the running handlers finish within its drain, and
+// checkpoints exactly what was handled; what waited behind them is never started; a handler
+// still running when the drain ends finds its context ended; Process returns nil.
+func TestProcessCloseDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("drain", 1)
+		// k0/0 k1/0 k2/0 k0/1 k1/1 k2/1 …
+		seqs := addKeyed(f, 0, 9, 3, map[string]int{})
+		store := lease.NewMemory()
+		sub, err := subscribe(context.Background(), f, f.stream, fakeOpts(WithLeaseStore(store), WithInitialPosition(Horizon()))...)
+		require.NoError(t, err)
+		var mu sync.Mutex
+		var started []string
+		var slowDone, waitEnded time.Time
+		closing := make(chan struct{})
+		res := make(chan error, 1)
+		go func() {
+			res <- sub.Process(context.Background(), func(ctx context.Context, m *Message) error {
+				mu.Lock()
+				started = append(started, string(m.Data()))
+				mu.Unlock()
+				switch string(m.Data()) {
+				case "k0/0": // finishes within the drain
+					<-closing
+					time.Sleep(300 * time.Millisecond)
+					if ctx.Err() != nil {
+						t.Errorf("context ended during the drain: %v", ctx.Err())
+					}
+					mu.Lock()
+					slowDone = time.Now()
+					mu.Unlock()
+					return nil
+				case "k1/0": // runs until its context ends
+					<-ctx.Done()
+					mu.Lock()
+					waitEnded = time.Now()
+					mu.Unlock()
+					return ctx.Err()
+				}
+				return nil
+			}, WithConcurrency(2))
+		}()
+		synctest.Wait() // k0/0 and k1/0 run; k2/0 waits for a slot, the rest behind their keys
+		mu.Lock()
+		require.ElementsMatch(t, []string{"k0/0", "k1/0"}, started)
+		mu.Unlock()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		close(closing)
+		require.NoError(t, sub.Close(ctx))
+		require.NoError(t, <-res)
+		mu.Lock()
+		defer mu.Unlock()
+		require.ElementsMatch(t, []string{"k0/0", "k1/0"}, started, "nothing started once Close began")
+		require.Equal(t, 300*time.Millisecond, slowDone.Sub(start))
+		// Close's drain leaves the final writes the request timeout (1s) of its 3s.
+		require.Equal(t, 2*time.Second, waitEnded.Sub(start))
+		require.Equal(t, seqs[0], readLease(t, store, f.stream, f.shards[0].id).Checkpoint.Sequence, "k0/0 handled; k1/0 not")
+	})
+}
+
+// TestProcessCloseGivesBackRetries: a record waiting out its backoff when Close begins is given
+// back at once, so Close's drain does not wait for it.
+func TestProcessCloseGivesBackRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("drain-retry", 1)
+		addKeyed(f, 0, 3, 1, map[string]int{})
+		sub, err := subscribe(context.Background(), f, f.stream, fakeOpts(WithInitialPosition(Horizon()))...)
+		require.NoError(t, err)
+		var tries atomic.Int64
+		stop := startProcess(sub, func(ctx context.Context, m *Message) error {
+			tries.Add(1)
+			return errors.New("not now")
+		}, WithRetryBackoff(time.Minute, time.Hour))
+		synctest.Wait()
+		require.Equal(t, int64(1), tries.Load())
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, sub.Close(ctx))
+		require.Less(t, time.Since(start), 10*time.Millisecond, "Close waited for a record not running")
+		require.NoError(t, stop())
+		require.Equal(t, int64(1), tries.Load())
+	})
+}
+
+// TestProcessHandBack: when the shard is handed back for balance, the records that wait are
+// given back at once and the running handlers get the drain: the lease is released with the
+// checkpoint of what they handled as soon as they are done, or, for one that waits on its
+// context, when the drain ends and cancels it.
+func TestProcessHandBack(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		finish bool // the running handler finishes, or waits on its context
+		drain  time.Duration
+	}{
+		{"handler finishes", true, 100 * time.Millisecond},
+		{"handler waits on its context", false, handBackDrain},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakeStream("handback", 2)
+				var seqs [2][]string
+				for i := range 2 {
+					seqs[i] = addKeyed(f, i, 9, 3, map[string]int{})
+				}
+				store := lease.NewMemory()
+				a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithInitialPosition(Horizon()))...)
+				eventually(t, 5*time.Second, "a reads both", func() bool { return reading(a) == 2 })
+				handingBack := func(shard string) bool {
+					for _, st := range a.Shards() {
+						if st.ShardID == shard && st.State == ShardHandingBack {
+							return true
+						}
+					}
+					return false
+				}
+				var mu sync.Mutex
+				started := map[string][]string{}
+				var since, ended time.Time
+				stop := startProcess(a, func(ctx context.Context, m *Message) error {
+					mu.Lock()
+					started[m.ShardID()] = append(started[m.ShardID()], string(m.Data()))
+					mu.Unlock()
+					if string(m.Data()) != "k0/0" {
+						return nil
+					}
+					for !handingBack(m.ShardID()) {
+						select {
+						case <-ctx.Done():
+							return ctx.Err() // the shard kept (Close)
+						case <-time.After(time.Millisecond):
+						}
+					}
+					mu.Lock()
+					since = time.Now()
+					mu.Unlock()
+					if tc.finish {
+						time.Sleep(tc.drain)
+						mu.Lock()
+						ended = time.Now()
+						mu.Unlock()
+						return nil
+					}
+					<-ctx.Done()
+					mu.Lock()
+					ended = time.Now()
+					mu.Unlock()
+					return ctx.Err()
+				})
+				defer func() { require.NoError(t, stop()) }()
+				synctest.Wait()
+				subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("b"))...)
+				eventually(t, 10*time.Second, "a hands one back", func() bool { return len(owned(a)) == 1 })
+				synctest.Wait() // the handler cancelled at the drain's end has returned
+				mu.Lock()
+				defer mu.Unlock()
+				// since is noted within a millisecond of the hand-back's start.
+				require.InDelta(t, tc.drain, ended.Sub(since), float64(time.Millisecond), "drained as long as the handler ran")
+				var back int
+				for i, sh := range f.shards {
+					if owned(a)[0] != sh.id {
+						back = i
+					}
+				}
+				got := started[f.shards[back].id]
+				require.ElementsMatch(t, []string{"k0/0", "k1/0", "k2/0", "k1/1", "k2/1", "k1/2", "k2/2"}, got, "k0's later records were given back, not started")
+				// k0/0 k1/0 k2/0 handled, then k0/1, given back; or not even k0/0.
+				want := seqs[back][2]
+				if !tc.finish {
+					want = lease.TrimHorizon // where the shard was opened
+				}
+				require.Equal(t, want, readLease(t, store, f.stream, f.shards[back].id).Checkpoint.Sequence)
+			})
+		})
+	}
+}
+
+// TestProcessRewindsWhenCtxEnds: records Process took and had not handled when its ctx ended
+// are delivered again to the next consumer, in order per key, before anything later; none is
+// lost.
+func TestProcessRewindsWhenCtxEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n, keys = 400, 10
+		f := newFakeStream("rewind", 1)
+		addKeyed(f, 0, n, keys, map[string]int{})
+		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()), WithBatchSize(100))...)
+		log := newKeyLog(t)
+		err := processUntil(t, sub, 60, log.count, func(ctx context.Context, m *Message) error {
+			log.begin(m)
+			select {
+			case <-ctx.Done():
+				log.end(m, false)
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+			log.end(m, true)
+			return nil
+		}, WithConcurrency(4))
+		require.NoError(t, err)
+		log.mu.Lock()
+		next := map[string]int{} // per key, the first record not handled by Process
+		for id, c := range log.next {
+			next[strings.TrimPrefix(id, f.shards[0].id+"/")] = c
+		}
+		handled := log.handled
+		log.mu.Unlock()
+		require.Less(t, handled, n)
+		first := map[string]bool{}
+		done := 0 // keys read to their last record
+		for m, err := range sub.All(context.Background()) {
+			require.NoError(t, err)
+			k, c, _ := strings.Cut(string(m.Data()), "/")
+			i, _ := strconv.Atoi(c)
+			if !first[k] {
+				first[k] = true
+				require.LessOrEqual(t, i, next[k], "key %s resumes after a gap", k)
+			} else {
+				require.Equal(t, next[k], i, "key %s out of order", k)
+			}
+			next[k] = i + 1
+			require.NoError(t, m.Ack(context.Background()))
+			if next[k] == n/keys {
+				if done++; done == keys {
+					break
+				}
+			}
+		}
+		for k, c := range next {
+			require.Equal(t, n/keys, c, "key %s", k)
+		}
+	})
+}
+
+// TestProcessStuckKeyBoundsMemory: a key stuck on a record that never succeeds stops its shard
+// at WithMaxInFlight: the records Process holds count, so the reader waits for room, and
+// memory does not grow with the backlog.
+func TestProcessStuckKeyBoundsMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const inflight = 50
+		f := newFakeStream("bounded", 1)
+		addKeyed(f, 0, 1000, 5, map[string]int{})
+		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()), WithMaxInFlight(inflight), WithBatchSize(20))...)
+		var handled atomic.Int64
+		stop := startProcess(sub, func(ctx context.Context, m *Message) error {
+			if strings.HasPrefix(string(m.Data()), "k0/") {
+				return errors.New("k0 is stuck")
+			}
+			handled.Add(1)
+			return nil
+		}, WithRetryBackoff(time.Millisecond, 10*time.Millisecond))
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		st := sub.Shards()[0]
+		require.True(t, st.WaitingForAcks, "the reader waits for room: %+v", st)
+		require.LessOrEqual(t, st.InFlight, inflight)
+		require.Less(t, int(handled.Load()), inflight, "the shard stopped at its cap")
+		require.NotNil(t, st.Failing)
+		require.Equal(t, "k0", st.Failing.OrderKey)
+		require.NoError(t, stop())
+	})
+}
+
+// TestProcessOrdersUserRecordsByOwnKey: the user records of a KPL aggregate are ordered by their
+// own partition keys, not the aggregate's: alice's two run one after the other, bob's at once
+// with them.
+func TestProcessOrdersUserRecordsByOwnKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("kpl", 1)
+		f.add(0, time.Now(), string(aggregate([2]string{"alice", "a1"}, [2]string{"bob", "b1"}, [2]string{"alice", "a2"})))
+		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()))...)
+		var mu sync.Mutex
+		var order []string
+		bobRan := make(chan struct{})
+		var handled atomic.Int64
+		err := processUntil(t, sub, 3, func() int { return int(handled.Load()) }, func(ctx context.Context, m *Message) error {
+			mu.Lock()
+			order = append(order, m.PartitionKey()+":"+string(m.Data()))
+			mu.Unlock()
+			switch string(m.Data()) {
+			case "a1":
+				<-bobRan // bob runs while a1 does
+			case "b1":
+				close(bobRan)
+			}
+			handled.Add(1)
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, []string{"alice:a1", "bob:b1", "alice:a2"}, order)
+	})
+}

@@ -1,0 +1,56 @@
+package kinesub
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// What Process needs from a shard's lifecycle, and nothing else. Process (process.go) never
+// looks at a worker's fields: it asks a Message whether its shard moved on (stale), for the
+// contexts of its generation (staleContext, runContext), gives back a delivery it will not
+// handle (abandon), and publishes what Shards shows (setProcessStatus, processStatus). The
+// contexts are those of the shard's generation (lifecycle.go): invalidate ends them.
+
+// stale reports whether m's shard moved on since m was fetched (a seek, a lost lease, a
+// hand-back, Close): m must not be started.
+func (m *Message) stale() bool {
+	w := m.shard()
+	return w == nil || m.pg.gen != w.gate.Load()
+}
+
+// staleContext returns a context that ends once m is stale.
+func (m *Message) staleContext() context.Context {
+	if w := m.shard(); w != nil {
+		return w.staleContext(m.pg.gen)
+	}
+	return doneContext
+}
+
+// runContext returns a context that ends when the running work of m's generation must stop:
+// at once on a seek or a lost lease, at the end of the drain on a hand-back or Close.
+func (m *Message) runContext() context.Context {
+	if w := m.shard(); w != nil {
+		return w.workContext(m.pg.gen)
+	}
+	return doneContext
+}
+
+// abandon gives back a delivery that will not be handled (stale, or never started when Process
+// ended), as a pull loop that leaves it does: it no longer counts as handed out, so a drain
+// waiting for the consumer can end. It stays unhandled: the watermark cannot pass it. A later
+// Ack or Nack of m returns ErrAlreadySettled.
+func (m *Message) abandon() {
+	if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
+		return
+	}
+	if w := m.shard(); w != nil {
+		w.out.done(1)
+	}
+}
+
+// setProcessStatus publishes the shard's failing record for Shards; nil when none.
+func (w *worker) setProcessStatus(f *FailingRecord) { w.failing.Store(f) }
+
+// processStatus is what Shards shows of Process on this shard: its longest-failing record, or
+// nil.
+func (w *worker) processStatus() *FailingRecord { return w.failing.Load() }

@@ -1,0 +1,271 @@
+package kinesub
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+)
+
+// Process's handler goroutines ("workers") are started as ready jobs need them, up to
+// WithConcurrency, and each runs one handler at a time. A worker that finishes a handler takes
+// the next ready job itself; an idle one is woken only when no other is already on its way to
+// the ready queue (wakes), and a worker that starts a job while more are ready wakes the next.
+// So a burst of ready jobs brings in as many workers as it keeps busy, one after another,
+// without waking all of them for every job.
+//
+// A worker whose handlers return quickly (a cache, a filter, records it skips) takes several
+// ready jobs at a time (a run), up to maxRun, and runs them one after another: one lock for
+// the run instead of one per record, and one watermark update per shard (as Batch.Ack does).
+// The run doubles while its handlers average under fastHandler, and falls back to one job as
+// soon as they do not, so that slow handlers (I/O) keep every job on a worker of its own; and
+// it takes no more than a worker's share of the ready jobs, which would have waited for a
+// worker anyway.
+
+const (
+	maxRun      = 128
+	fastHandler = 20 * time.Microsecond
+)
+
+// wake brings one more worker to the ready queue: an idle one, or a new one while fewer than
+// WithConcurrency were started. Called with p.mu held.
+func (p *processor) wake() {
+	if p.idle > p.wakes {
+		p.wakes++
+		p.cond.Signal()
+		return
+	}
+	if p.started < p.cfg.concurrency {
+		p.started++
+		p.wakes++
+		p.workers.Add(1)
+		go p.work() // owned by the processor, which waits for it (workers) before Process returns
+	}
+}
+
+// runJob is a job of a run, with what its attempt needs that is read under p.mu.
+type runJob struct {
+	*job
+	ctx     context.Context // its generation's handlers'
+	dead    bool            // the attempt is the dead-letter function's
+	lastErr error           // the handler's last error, for the dead-letter function
+}
+
+// result is how a job of a run went.
+type result struct {
+	settled bool  // acked (or settled by the handler)
+	skipped bool  // its shard moved on before it started
+	err     error // the attempt's
+}
+
+// work runs ready jobs until Process ends.
+func (p *processor) work() {
+	defer p.workers.Done()
+	size := 1
+	var run []runJob
+	var out []result
+	var acks []*Message
+	p.mu.Lock()
+	p.wakes-- // the wake that started this worker
+	for {
+		run = run[:0]
+		// A run only out of a backlog: its jobs would have waited for a worker anyway.
+		n := min(size, max(1, p.ready.len()/p.cfg.concurrency))
+		for !p.closing && len(run) < n {
+			j := p.pop()
+			if j == nil {
+				break
+			}
+			j.state = jobRunning
+			r := runJob{job: j, ctx: p.genOfJob(j).ctx}
+			if j.failed {
+				f := p.fails[j]
+				r.dead, r.lastErr = f.deadLetter, f.lastErr
+			}
+			run = append(run, r)
+		}
+		if len(run) == 0 {
+			if p.closing {
+				p.mu.Unlock()
+				return
+			}
+			p.idle++
+			p.cond.Wait()
+			p.idle--
+			if p.wakes > 0 {
+				p.wakes--
+			}
+			continue
+		}
+		p.running++
+		if p.ready.len() > 0 && p.wakes == 0 {
+			p.wake()
+		}
+		p.mu.Unlock()
+
+		start := time.Now()
+		out, acks = out[:0], acks[:0]
+		for i, j := range run {
+			// The first was checked as it was taken; the others are checked as they start.
+			if i > 0 && j.m.stale() {
+				out = append(out, result{skipped: true})
+				continue
+			}
+			o := p.attempt(&j)
+			if o.settled && atomic.LoadUint32(&j.m.settled) == 0 {
+				acks = append(acks, j.m)
+			}
+			out = append(out, o)
+		}
+		p.ack(acks)
+		if took := time.Since(start); took < time.Duration(len(run))*fastHandler {
+			size = min(2*size, maxRun)
+		} else {
+			size = 1
+		}
+		clear(acks)
+
+		p.mu.Lock()
+		p.running--
+		for i, r := range run {
+			if out[i].skipped {
+				p.drop(r.job)
+				p.advance(r.job)
+				continue
+			}
+			p.after(r.job, out[i].settled, out[i].err)
+		}
+		clear(run)
+		clear(out)
+	}
+}
+
+// attempt runs the handler (or the dead-letter function) on j. The job counts as settled when
+// the handler succeeded (the caller acks it) or settled it itself. It runs without p.mu: j is
+// this worker's while it runs.
+func (p *processor) attempt(j *runJob) result {
+	err := p.call(j)
+	if atomic.LoadUint32(&j.m.settled) != 0 {
+		return result{settled: true} // the handler acked or nacked it itself
+	}
+	if err != nil {
+		return result{err: err}
+	}
+	if j.dead {
+		p.met.deadLettered(j.m)
+	}
+	return result{settled: true}
+}
+
+// ack acks the messages a run handled, each consecutive series of one shard and generation
+// with one watermark update.
+func (p *processor) ack(ms []*Message) {
+	for len(ms) > 0 {
+		n := 1
+		for n < len(ms) && ms[n].pg.shard == ms[0].pg.shard && ms[n].pg.gen == ms[0].pg.gen {
+			n++
+		}
+		var err error
+		if n == 1 {
+			err = ms[0].Ack(p.ackCtx)
+		} else {
+			err = ms[0].pg.shard.settleAll(p.ackCtx, ms[:n])
+		}
+		switch {
+		case err == nil, errors.Is(err, ErrClosed), errors.Is(err, ErrAlreadySettled):
+		default:
+			p.s.reportAll(err) // the checkpoint write of WithCheckpointInterval(0); the acks count
+		}
+		ms = ms[n:]
+	}
+}
+
+// call runs the handler or the dead-letter function, turning a panic into the attempt's error.
+func (p *processor) call(j *runJob) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	if j.dead {
+		return p.cfg.deadLetter(j.ctx, j.m, j.lastErr)
+	}
+	return p.handle(j.ctx, j.m)
+}
+
+// after decides what follows an attempt: the key goes on, or j is retried after its backoff
+// (or at once, for its dead letter), or given back. Called with p.mu held.
+func (p *processor) after(j *job, settled bool, err error) {
+	switch {
+	case settled:
+		p.retire(j)
+		p.advance(j)
+		return
+	case p.closing:
+		j.state = jobWaiting // collected by stop: Process ended, the attempt was likely cancelled
+		return
+	case j.m.stale():
+		// Cancelled by a seek, a lost lease or the end of a drain: the shard's next reader
+		// delivers it again, and nothing here retries it.
+		p.drop(j)
+		p.advance(j)
+		return
+	}
+	p.noteFailure(j, err)
+	p.report(j, err)
+	f := p.fails[j]
+	exhausted := p.cfg.maxAttempts > 0 && f.attempts >= p.cfg.maxAttempts
+	if exhausted && p.cfg.deadLetter != nil && !f.deadLetter {
+		f.deadLetter = true // its attempts are used: the dead letter, at once
+		p.makeReady(j)
+		return
+	}
+	wait := p.cfg.backoffMax
+	if !exhausted || f.deadLetter {
+		wait = p.cfg.backoffBase << min(f.attempts-1, 30)
+		if wait > p.cfg.backoffMax || wait <= 0 {
+			wait = p.cfg.backoffMax
+		}
+	}
+	wait = wait/2 + rand.N(wait/2+1)
+	j.state = jobWaiting
+	p.aux.Add(1) // owned by the processor: retire stops it, stop waits for it
+	f.timer = time.AfterFunc(wait, func() {
+		defer p.aux.Done()
+		p.retryDue(j)
+	})
+}
+
+// noteFailure counts a failed attempt of j and shows it among the shard's failing records.
+func (p *processor) noteFailure(j *job, err error) {
+	f := p.fails[j]
+	if f == nil {
+		f = &failure{since: time.Now()}
+		p.fails[j] = f
+		j.failed = true
+		l := j.q.lane
+		l.failing = append(l.failing, j)
+	}
+	f.attempts++
+	f.failErr = err
+	if !f.deadLetter {
+		f.lastErr = err
+	}
+	p.publish(j.q.lane, j.m.shard())
+}
+
+// report sends a failed attempt to Errors and counts it. Called with p.mu held; neither waits.
+func (p *processor) report(j *job, err error) {
+	m := j.m
+	p.met.failed(m)
+	f := p.fails[j]
+	perr := &ProcessError{SequenceNumber: m.SequenceNumber(), SubSequenceNumber: m.SubSequenceNumber(), Attempt: f.attempts, DeadLetter: f.deadLetter, Err: err}
+	p.s.report(&ShardError{Stream: p.s.stream, Shard: m.ShardID(), Op: OpProcess, Err: perr})
+	if p.s.log != nil {
+		p.s.log.LogAttrs(context.Background(), slog.LevelDebug, "retrying record", slog.String(logShard, m.ShardID()),
+			slog.String("sequence", m.SequenceNumber()), slog.Int("attempt", f.attempts))
+	}
+}
