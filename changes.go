@@ -13,19 +13,19 @@ import (
 //
 // Every stream keeps a change row in the lease table, "<stream>/~table/changes", whose counter
 // every subscriber moves after it releases a lease (Close, a hand-back, a finished shard),
-// steals one, or joins (its heartbeat row taken anew). Each claim tick a subscriber reads that
-// one row (eventually consistent where the store can: lease.WeakReader); it reads all of the
-// stream's rows (a claim round) only when the counter moved, when the listing of shards
-// changed, when its own worker stopped, at every balance round, while it holds fewer than its
-// share or free leases it wants are left untaken, and when leases of departed owners come to
-// lapse. So a released lease is still taken within about a second, and a steady table costs
-// one small read a second instead of one read of every row.
+// steals one (before it reads it: tenure.go), deletes a lapsed heartbeat row, or joins (its
+// heartbeat row taken). Each claim tick a subscriber reads that one row, strongly consistent:
+// the read that finds it unmoved also confirms that its leases are still its own (tenure.go).
+// It reads all of the stream's rows (a claim round) only when the counter moved, when the
+// listing of shards changed, when its own shard's life ended, at every balance round, and
+// while it holds fewer than its share or free leases it wants are left untaken. So a released
+// lease is still taken within about a second, and a steady table costs one small read a second
+// instead of one read of every row.
 //
 // Crashes bump nothing, so each subscriber watches one peer's heartbeat row (the next live
 // owner by name, so that every live owner is watched by one other): it reads that row once the
-// expiry it last saw has passed, and bumps the change row for everyone when the row lapsed.
-// Leases of a departed owner lapse one by one up to a TTL later; the round that sees them
-// schedules another at the first of their expiries.
+// expiry it last saw has passed, and bumps the change row for everyone when the row lapsed;
+// the claim round that follows deletes the row and takes over the leases bound to it.
 //
 // The change row needs a store that lists one stream's rows (lease.PrefixLister). With any
 // other store a subscriber reads the whole store every claim tick, as it always did.
@@ -43,10 +43,6 @@ const changeHold = time.Second
 type changeRow struct {
 	key    string // "<stream>/~table/changes"
 	lister lease.PrefixLister
-	// read reads the change row: weakly where the store can (lease.WeakReader). A stale answer
-	// only delays a bump to the next tick, since what it triggers is decided by conditional
-	// writes; on DynamoDB it costs half the read units.
-	read func(ctx context.Context, key string) (lease.Lease, error)
 
 	mu      sync.Mutex
 	running bool // a bump is being written
@@ -61,36 +57,43 @@ func newChangeRow(store lease.Store, stream string) *changeRow {
 	if !ok {
 		return nil
 	}
-	c := &changeRow{key: stream + "/" + changesRow, lister: lister, read: store.Read}
-	if weak, ok := store.(lease.WeakReader); ok {
-		c.read = weak.ReadWeak
-	}
-	return c
+	return &changeRow{key: stream + "/" + changesRow, lister: lister}
 }
 
 // changed bumps the change row, so that the stream's other subscribers read the lease table
 // at their next claim tick. A failed bump is logged: peers then notice at their next balance
 // round.
 func (s *Subscriber) changed(ctx context.Context) {
+	if err := s.announce(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("change row not bumped; peers notice at their next balance round", "err", err)
+	}
+}
+
+// announce bumps the change row and reports whether the bump was written. Bumps asked for
+// while one is being written are folded into one more write after it.
+func (s *Subscriber) announce(ctx context.Context) error {
 	c := s.changes
 	if c == nil {
-		return
+		return nil
 	}
 	c.mu.Lock()
 	if c.running {
 		c.again = true
 		c.mu.Unlock()
-		return
+		// The write under way may have read the row before this change: one more follows it.
+		// Its result is not known here, so this one writes too.
+		return s.bumpChanges(ctx)
 	}
 	c.running = true
 	c.mu.Unlock()
+	var err error
 	for {
-		s.bumpChanges(ctx)
+		err = s.bumpChanges(ctx)
 		c.mu.Lock()
 		if !c.again {
 			c.running = false
 			c.mu.Unlock()
-			return
+			return err
 		}
 		c.again = false
 		c.mu.Unlock()
@@ -100,21 +103,20 @@ func (s *Subscriber) changed(ctx context.Context) {
 // bumpChanges moves the change row's counter: it reads the row and takes it over at the
 // counter it read (or creates it). When that write fails, a peer moved the counter after the
 // read, so after this change, which is all a bump must ensure.
-func (s *Subscriber) bumpChanges(ctx context.Context) {
+func (s *Subscriber) bumpChanges(ctx context.Context) error {
 	c := s.changes
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
 	l, err := s.cfg.store.Read(cctx, c.key)
-	if err == nil {
-		if l.Counter == 0 {
-			_, err = s.cfg.store.Acquire(cctx, c.key, s.cfg.owner, changeHold)
-		} else {
-			_, err = s.cfg.store.Steal(cctx, c.key, s.cfg.owner, l.Counter, changeHold)
-		}
+	if err != nil {
+		return err
 	}
-	if err != nil && ctx.Err() == nil {
-		s.log.Warn("change row not bumped; peers notice at their next balance round", "err", err)
+	if l.Counter == 0 {
+		_, err = s.cfg.store.Acquire(cctx, c.key, s.cfg.owner, changeHold)
+	} else {
+		_, err = s.cfg.store.Steal(cctx, c.key, s.cfg.owner, l.Counter, changeHold)
 	}
+	return err
 }
 
 // watch is what the coordinator knows about the lease table between claim rounds. Only the
@@ -127,7 +129,6 @@ type watch struct {
 	peer    string    // the owner whose heartbeat row this subscriber watches, or ""
 	peerKey string    // its key
 	peerExp time.Time // its expiry as last read
-	beatAt  time.Time // this subscriber's last successful heartbeat
 }
 
 // saw records what claim round v showed, and returns v.
@@ -190,14 +191,11 @@ func (w *watch) stale(ctx context.Context, s *Subscriber) bool {
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
-	l, err := c.read(cctx, c.key)
-	return err != nil || l.Counter != w.change
-}
-
-// joined reports a successful heartbeat at instant at, and whether it (re)joined the table:
-// the first one, or the first after the row may have lapsed.
-func (w *watch) joined(at time.Time, ttl time.Duration) bool {
-	j := w.beatAt.IsZero() || at.Sub(w.beatAt) >= ttl
-	w.beatAt = at
-	return j
+	sent := time.Now()
+	l, err := s.cfg.store.Read(cctx, c.key)
+	if err != nil || l.Counter != w.change {
+		return true
+	}
+	s.tenure.confirm(sent, l.Counter) // the leases read last are still this subscriber's
+	return false
 }

@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -10,23 +11,32 @@ import (
 
 const claimParallel = 8 // lease writes in flight at once while claiming
 
-// claim reads the lease table, takes free and expired leases up to this subscriber's fair
-// share, hands back what it holds beyond it and, when balance is set, steals one lease if it
-// holds too few (see balance.go for the rules). It returns the round's view, or nil when the
-// shards or the leases could not be read.
+// claim reads the lease table, takes free leases (and those of owners that stopped) up to this
+// subscriber's fair share, hands back what it holds beyond it and, when balance is set, steals
+// one lease if it holds too few (see balance.go for the rules). It returns the round's view, or
+// nil when the shards or the leases could not be read.
 func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	s := c.s
 	if !s.table.isListed() {
 		return nil
 	}
-	v, err := c.look(ctx)
+	v, sent, err := c.look(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.report(&ShardError{Stream: s.stream, Op: OpListLeases, Err: err})
 		}
 		return nil
 	}
-	in := &balanceIn{owner: s.cfg.owner, now: v.now, readable: v.readable, leases: v.leases, beats: v.beats,
+	c.checkHeld(v, sent)
+	c.reap(ctx, v)
+	planned := make(map[string]lease.Lease, len(v.leases))
+	for id, l := range v.leases {
+		if v.orphans[id] {
+			l.Owner, l.Expiry = "", time.Time{} // free: its owner stopped
+		}
+		planned[id] = l
+	}
+	in := &balanceIn{owner: s.cfg.owner, now: v.now, readable: v.readable, leases: planned, beats: v.beats,
 		local: s.table.states(v.readable)}
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
 	var mu sync.Mutex
@@ -40,9 +50,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		go func() { // owned by this round, which waits for it (wg)
 			defer wg.Done()
 			defer func() { <-sem }()
-			if c.take(ctx, id, false, func(cctx context.Context) (bool, error) {
-				return s.cfg.store.Acquire(cctx, s.leaseKey(id), s.cfg.owner, s.cfg.leaseTTL)
-			}) {
+			if c.take(ctx, id, c.howToTake(v, id)) {
 				mu.Lock()
 				taken[id] = true
 				mu.Unlock()
@@ -53,18 +61,97 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	in.local, in.taken = s.table.states(v.readable), taken
 	p := planBalance(in, c.live, balance, globalRand{})
 	// Below its share, it reads every tick: leases to take may free up without a change-row
-	// bump (a peer that does not bump, or a lease that lapsed).
+	// bump (a peer that does not bump, or an owner that stopped).
 	owners, mine := in.counts()
 	v.hungry = len(taken) < len(want) || mine < len(in.readable)/in.sharers(owners)
 	c.live = p.live
 	c.handBack(p.handBack)
-	if p.steal != "" && c.take(ctx, p.steal, true, func(cctx context.Context) (bool, error) {
-		return s.cfg.store.Steal(cctx, s.leaseKey(p.steal), s.cfg.owner, p.counter, s.cfg.leaseTTL)
-	}) {
+	if p.steal != "" && c.take(ctx, p.steal, takeHow{steal: true, counter: p.counter, wait: true}) {
 		s.log.Info("lease taken over for balance", logShard, p.steal, "from", p.victim)
-		s.changed(ctx)
 	}
 	return v
+}
+
+// checkHeld loses every shard held here whose lease the round read shows in another holding
+// (stolen, or taken after this subscriber was taken for dead), and, the others being its own,
+// confirms them (tenure.go).
+func (c *coordinator) checkHeld(v *view, sent time.Time) {
+	s := c.s
+	ws, _ := s.table.held()
+	var lost []*worker
+	for _, w := range ws {
+		if l := v.leases[w.id]; l.Tenure() != w.tenure {
+			lost = append(lost, w)
+		}
+	}
+	if len(lost) > 0 {
+		s.env.invalidate(lost, &ending{cause: causeLoss, why: "taken over by another owner"})
+	}
+	s.tenure.read(sent, v.change)
+}
+
+// reap deletes the heartbeat rows of other owners that expired: such an owner stopped reading
+// at least TTL/3 before (tenure.go), and once its row is gone it can never renew it, so the
+// leases bound to it are free to take over at once. It records in v which leases are bound to
+// an owner whose row is gone or released: the orphans.
+func (c *coordinator) reap(ctx context.Context, v *view) {
+	s := c.s
+	dead := map[string]bool{}
+	reaped := false
+	for owner, hb := range v.beats {
+		switch {
+		case owner == s.cfg.owner:
+		case hb.Owner != owner:
+			dead[owner] = true // released: its owner closed
+		case !hb.Held(v.now):
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+			ok, err := s.cfg.store.Delete(cctx, hb.Key, hb.Counter)
+			cancel()
+			switch {
+			case err != nil && ctx.Err() == nil:
+				s.report(&ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("lapsed heartbeat of %s: %w", owner, err)})
+			case ok:
+				s.log.Info("heartbeat of a stopped owner deleted: its shards are free", "owner", owner)
+				dead[owner] = true
+				reaped = true
+			}
+		}
+	}
+	v.orphans = map[string]bool{}
+	for id, l := range v.leases {
+		if l.Owner == "" || !l.Expiry.IsZero() || l.Owner == s.cfg.owner {
+			continue
+		}
+		if _, ok := v.beats[l.Owner]; !ok || dead[l.Owner] {
+			v.orphans[id] = true
+		}
+	}
+	if reaped {
+		s.changed(ctx)
+	}
+}
+
+// takeHow is how a lease is taken: Acquire (free), Steal at counter (an orphan; with wait, a
+// live owner's, for balance), and with wait its previous reader may still read it, so the
+// shard is read only stealWait after the change row moved (shard.go, awaitStart).
+type takeHow struct {
+	steal   bool
+	counter int64
+	wait    bool
+}
+
+// howToTake says how to take the lease of shard id, which planTake chose.
+func (c *coordinator) howToTake(v *view, id string) takeHow {
+	l := v.leases[id]
+	switch {
+	case v.orphans[id]:
+		return takeHow{steal: true, counter: l.Counter}
+	case l.Owner == c.s.cfg.owner:
+		// Bound to this subscriber but not read here: a steal whose answer was lost, or a shard
+		// given up when the heartbeat row was lost. Whoever read it before may read it still.
+		return takeHow{wait: true}
+	}
+	return takeHow{}
 }
 
 // handBack hands the shards back cleanly: each drains, writes its checkpoint and releases
@@ -85,19 +172,24 @@ func (c *coordinator) handBack(ids []string) {
 	}
 }
 
-// take runs a lease write and, when it wins, starts the shard's life.
-func (c *coordinator) take(ctx context.Context, id string, stolen bool, write func(context.Context) (bool, error)) bool {
+// take writes the lease, bound to this subscriber's heartbeat row (no TTL of its own), and,
+// when it wins, starts the shard's life.
+func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 	s := c.s
-	// The lease runs from when the store applies the write, which is after it was sent: count
-	// from the sending, so this owner's deadlines are never later than the store's.
-	acquired := time.Now()
+	key := s.leaseKey(id)
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-	ok, err := write(cctx)
+	var ok bool
+	var err error
+	if how.steal {
+		ok, err = s.cfg.store.Steal(cctx, key, s.cfg.owner, how.counter, 0)
+	} else {
+		ok, err = s.cfg.store.Acquire(cctx, key, s.cfg.owner, 0)
+	}
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			op := OpAcquire
-			if stolen {
+			if how.steal {
 				op = OpSteal
 			}
 			s.report(&ShardError{Stream: s.stream, Shard: id, Op: op, Err: err})
@@ -108,10 +200,11 @@ func (c *coordinator) take(ctx context.Context, id string, stolen bool, write fu
 		return false
 	}
 	cctx, cancel = context.WithTimeout(ctx, s.cfg.requestTimeout)
-	l, err := s.cfg.store.Read(cctx, s.leaseKey(id))
+	l, err := s.cfg.store.Read(cctx, key)
 	cancel()
 	if err != nil {
-		// The holding is unknown, so it cannot be released: it lapses after its TTL.
+		// The holding is unknown, so it cannot be released: the next round finds it bound to
+		// this subscriber and takes it again (waiting, as for a steal).
 		s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpReadLease, Err: err})
 		return false
 	}
@@ -123,7 +216,7 @@ func (c *coordinator) take(ctx context.Context, id string, stolen bool, write fu
 		s.table.markFinished(id)
 		return false
 	}
-	return c.start(id, l, acquired, stolen)
+	return c.start(id, l, how.wait)
 }
 
 // dropTaken gives up a lease just taken without reading its shard. A stolen one is left to

@@ -29,7 +29,7 @@ func (s *skewedView) List(ctx context.Context) ([]lease.Lease, error) {
 		return ls, err
 	}
 	for i, l := range ls {
-		if l.Owner == s.owner && !strings.Contains(l.Key, "/"+ownerRowPrefix) {
+		if baseOwner(l.Owner) == s.owner && !strings.Contains(l.Key, "/"+ownerRowPrefix) {
 			ls[i].Expiry = time.Now().Add(-time.Millisecond)
 		}
 	}
@@ -76,7 +76,7 @@ type stealClock struct {
 
 func (c *stealClock) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
 	ok, err := c.Store.Steal(ctx, key, owner, counter, ttl)
-	if ok && owner == c.owner {
+	if ok && baseOwner(owner) == c.owner && !strings.Contains(key, "/~") {
 		c.mu.Lock()
 		c.stole[key] = time.Now()
 		c.mu.Unlock()
@@ -86,22 +86,33 @@ func (c *stealClock) Steal(ctx context.Context, key, owner string, counter int64
 
 func (c *stealClock) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
 	c.mu.Lock()
-	if at, ok := c.stole[key]; ok && h.Owner == c.owner && time.Since(at) < stealWait(c.ttl) {
+	if at, ok := c.stole[key]; ok && baseOwner(h.Owner) == c.owner && time.Since(at) < stealWait(c.ttl) {
 		c.early = append(c.early, key)
 	}
 	c.mu.Unlock()
 	return c.Store.Release(ctx, key, h)
 }
 
-// ghostStream is a fake stream of n shards whose leases an owner with no heartbeat ("ghost")
-// holds, for an hour: a subscriber steals them at once.
+// Delete refuses to delete the heartbeat row of "ghost": a peer whose row lapsed but cannot be
+// taken for dead (the delete keeps failing), so its shards are stolen, with the wait a steal
+// from an owner that may still read takes.
+func (c *stealClock) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	if strings.HasSuffix(key, "/"+ownerRowPrefix+"ghost") {
+		return false, nil
+	}
+	return c.Store.Delete(ctx, key, counter)
+}
+
+// ghostStream is a fake stream of n shards whose leases are bound to an owner ("ghost") whose
+// heartbeat row has lapsed but is never deleted (stealClock.Delete): a subscriber steals them.
 func ghostStream(t *testing.T, store lease.Store, name string, n int) *fakeStream {
 	f := newFakeStream(name, n)
-	for _, sh := range f.shards {
-		ok, err := store.Acquire(context.Background(), name+"/"+sh.id, "ghost", time.Hour)
-		require.NoError(t, err)
-		require.True(t, ok)
+	ids := make([]string, len(f.shards))
+	for i, sh := range f.shards {
+		ids[i] = sh.id
 	}
+	holdAsPeer(t, store, name, "ghost", time.Millisecond, ids...)
+	time.Sleep(2 * time.Millisecond) // in the test's bubble: the row has lapsed
 	return f
 }
 
@@ -159,7 +170,7 @@ func TestCloseKeepsShardBeingStolen(t *testing.T) {
 		for key := range store.stole {
 			l, err := store.Read(ctx, key)
 			require.NoError(t, err)
-			require.Equal(t, "a", l.Owner, "left to expire")
+			require.Equal(t, "a", baseOwner(l.Owner), "left to expire")
 		}
 	})
 }
@@ -210,7 +221,7 @@ func TestStealAnsweredDuringClose(t *testing.T) {
 		for key := range clock.stole {
 			l, err := clock.Read(ctx, key)
 			require.NoError(t, err)
-			require.Equal(t, "a", l.Owner, "left to expire")
+			require.Equal(t, "a", baseOwner(l.Owner), "left to expire")
 		}
 	})
 }

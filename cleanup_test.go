@@ -30,11 +30,7 @@ func testCleanupDeletesTrimmedParent(t *testing.T) {
 	store := lease.NewMemory()
 	ctx := context.Background()
 	held, unfinished := "shardId-000000000090", "shardId-000000000091"
-	for _, id := range []string{held, unfinished} {
-		ok, err := store.Acquire(ctx, name+"/"+id, "other", time.Minute)
-		require.NoError(t, err)
-		require.True(t, ok)
-	}
+	holdAsPeer(t, store, name, "other", time.Hour, held, unfinished)
 	storeCheckpoint(t, store, name+"/"+held, lease.ShardEnd)
 	storeCheckpoint(t, store, name+"/"+unfinished, "7")
 	storeRelease(t, store, name+"/"+unfinished, "other")

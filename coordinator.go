@@ -53,25 +53,16 @@ func (c *coordinator) coordinate(ctx context.Context) {
 	syncT := time.NewTicker(s.cfg.shardSyncInterval)
 	claimT := time.NewTicker(claimEvery)
 	balanceT := time.NewTicker(s.cfg.balanceInterval)
-	beatT := time.NewTicker(s.cfg.leaseTTL / 3)
 	defer syncT.Stop()
 	defer claimT.Stop()
 	defer balanceT.Stop()
-	defer beatT.Stop()
-	beat := func() {
-		if at := time.Now(); s.beat(ctx) && c.watch.joined(at, s.cfg.leaseTTL) {
-			s.changed(ctx)
-		}
-	}
-	beat()
+	s.changed(ctx) // joined: peers count this subscriber at their next tick
 	c.syncShards(ctx)
 	c.watch.saw(s, c.claim(ctx, false))
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-beatT.C:
-			beat()
 		case <-syncT.C:
 			if c.syncShards(ctx) || s.changes == nil {
 				c.cleanup(ctx, c.watch.saw(s, c.claim(ctx, false)))
@@ -149,26 +140,40 @@ type view struct {
 	leases   map[string]lease.Lease // by shard id
 	beats    map[string]lease.Lease // heartbeat rows by owner
 	readable []string               // shards that may be read now: not finished, parents done
-	change   int64                  // the change row's counter
-	hungry   bool                   // the round left this subscriber below its share, or wanting free leases
+	change   int64                  // the change row's counter, read before the rest; -1: no change row
+	// orphans are shards whose lease is bound to a heartbeat row that is gone or released: its
+	// owner stopped reading, and the lease is taken over (Steal, at its counter) and read at once.
+	orphans map[string]bool
+	hungry  bool // the round left this subscriber below its share, or wanting free leases
 }
 
-// look reads the stream's rows of the lease table and works out which shards can be read.
-func (c *coordinator) look(ctx context.Context) (*view, error) {
+// look reads the stream's rows of the lease table and works out which shards can be read. It
+// reads the change row first, on its own (a listing reads its rows in no set order), so that a
+// steal announced after that read moves the counter the tenure keeper then confirms against
+// (tenure.go); sent is when that read, or the listing without a change row, was sent.
+func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err error) {
 	s := c.s
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	defer cancel()
+	sent = time.Now()
+	change := int64(-1)
+	if s.changes != nil {
+		l, err := s.cfg.store.Read(cctx, s.changes.key)
+		if err != nil {
+			return nil, sent, err
+		}
+		change = l.Counter
+	}
 	var all []lease.Lease
-	var err error
 	if s.changes != nil {
 		all, err = s.changes.lister.ListPrefix(cctx, s.stream+"/")
 	} else {
 		all, err = s.cfg.store.List(cctx)
 	}
-	cancel()
 	if err != nil {
-		return nil, err
+		return nil, sent, err
 	}
-	v := &view{now: time.Now(), leases: make(map[string]lease.Lease), beats: make(map[string]lease.Lease)}
+	v = &view{now: time.Now(), change: change, leases: make(map[string]lease.Lease), beats: make(map[string]lease.Lease)}
 	prefix := s.stream + "/"
 	for _, l := range all {
 		id, ok := strings.CutPrefix(l.Key, prefix)
@@ -180,13 +185,12 @@ func (c *coordinator) look(ctx context.Context) (*view, error) {
 			continue
 		}
 		if id == changesRow {
-			v.change = l.Counter
 			continue
 		}
 		v.leases[id] = l
 	}
 	s.table.sawLeases(v)
-	return v, nil
+	return v, sent, nil
 }
 
 // sawLeases records the leases of round v, and works out which shards v may read: not
@@ -231,9 +235,9 @@ func (t *shardTable) blockingParent(v *view, id string) string {
 // did; acquired is when the taking write was sent. A stolen shard's reader waits stealWait
 // first, so that the previous owner has stopped reading, even one whose renewals fail or hang,
 // and the two never read the shard at once.
-func (c *coordinator) start(id string, l lease.Lease, acquired time.Time, stolen bool) bool {
+func (c *coordinator) start(id string, l lease.Lease, stolen bool) bool {
 	s := c.s
-	w := newWorker(s.env, id, l, acquired, stolen)
+	w := newWorker(s.env, id, l, stolen)
 	if !s.table.register(w, l.Checkpoint, s.initial()) {
 		w.cancelRead()
 		s.dropTaken(id, l.Tenure(), stolen)

@@ -43,6 +43,12 @@ var (
 	// subscription (or the shard) to where the new stream should be read from, subscribe with
 	// WithStartAt, or use a new lease table.
 	ErrCheckpointRejected = errors.New("kinesub: Kinesis rejected the stored checkpoint (stream re-created? Seek, subscribe WithStartAt, or use a new lease table)")
+	// ErrIncompatibleLeaseTable is returned by Subscribe when live subscribers of an earlier
+	// kinesub use the lease table for the stream: their lease protocol differs (they renew each
+	// shard lease; these bind them to a heartbeat row), so the two cannot share a table. Stop
+	// the earlier instances first (a rolling upgrade from them is not possible), or use a new
+	// table.
+	ErrIncompatibleLeaseTable = errors.New("kinesub: the lease table is in use by subscribers of an earlier lease protocol")
 	// ErrSubscriptionEnded is wrapped by Err when the context given to Subscribe ended the
 	// subscription; context.Cause of that context is wrapped too.
 	ErrSubscriptionEnded = errors.New("kinesub: subscription ended by the context given to Subscribe")

@@ -62,9 +62,7 @@ func testSeekHandler(t *testing.T) {
 		return nil
 	})
 	store := lease.NewMemory()
-	ok, err := store.Acquire(context.Background(), "admin/"+ids[1], "other", time.Minute)
-	require.NoError(t, err)
-	require.True(t, ok)
+	holdAsPeer(t, store, "admin", "other", time.Hour, ids[1])
 	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithStartAt(Horizon()), WithRequestTimeout(200*time.Millisecond))...)
 	h := SeekHandler(sub.Seeker())
 

@@ -47,14 +47,7 @@ func newStream(t *testing.T, shards int32) *stream {
 // per-key count, so that order and gaps can be checked.
 func (s *stream) publish(n, keys int) {
 	s.t.Helper()
-	recs := make([]Record, n)
-	s.mu.Lock()
-	for i := range recs {
-		k := "key-" + strconv.Itoa(i%keys)
-		recs[i] = Record{PartitionKey: k, Data: []byte(k + "/" + strconv.Itoa(s.counts[k]))}
-		s.counts[k]++
-	}
-	s.mu.Unlock()
+	recs := s.records(n, keys)
 	// Written with plain PutRecords calls of 500, in order: the test servers do not throttle,
 	// so nothing is refused and every key's records are stored in order, as fast as the
 	// server takes them (the Publisher would pace them under the service's limits, and send
@@ -70,6 +63,28 @@ func (s *stream) publish(n, keys int) {
 		require.NoError(s.t, err)
 		require.Zero(s.t, aws.ToInt32(out.FailedRecordCount), "the test server refused records")
 	}
+}
+
+// publishPaced writes records as publish does, through the Publisher, which keeps to the
+// service's write limits: for a server that enforces them.
+func (s *stream) publishPaced(n, keys int) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	require.NoError(s.t, s.pub.PublishBatch(ctx, s.records(n, keys)))
+}
+
+// records makes the next n records of publish.
+func (s *stream) records(n, keys int) []Record {
+	recs := make([]Record, n)
+	s.mu.Lock()
+	for i := range recs {
+		k := "key-" + strconv.Itoa(i%keys)
+		recs[i] = Record{PartitionKey: k, Data: []byte(k + "/" + strconv.Itoa(s.counts[k]))}
+		s.counts[k]++
+	}
+	s.mu.Unlock()
+	return recs
 }
 
 func (s *stream) put(key string, data []byte) string {
@@ -426,4 +441,54 @@ func (l *logLines) all() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.lines...)
+}
+
+// baseOwner returns the owner name a subscriber was given (WithOwner), without the
+// incarnation Subscribe appends to it.
+func baseOwner(owner string) string {
+	name, _, _ := strings.Cut(owner, "#")
+	return name
+}
+
+// holdAsPeer makes owner, a subscriber of stream that is not running here, hold shards as a
+// live one does: its heartbeat row held for ttl, and each shard's lease bound to it. With a
+// zero ttl it has no heartbeat row: a peer that stopped, whose leases are free to take over.
+func holdAsPeer(t testing.TB, store lease.Store, stream, owner string, ttl time.Duration, shards ...string) {
+	t.Helper()
+	ctx := context.Background()
+	if ttl > 0 {
+		ok, err := store.Acquire(ctx, stream+"/"+ownerRowPrefix+owner, owner, ttl)
+		require.NoError(t, err)
+		require.True(t, ok, "heartbeat row of %s", owner)
+	}
+	for _, sh := range shards {
+		ok, err := store.Acquire(ctx, stream+"/"+sh, owner, 0)
+		require.NoError(t, err)
+		require.True(t, ok, "lease of %s for %s", sh, owner)
+	}
+}
+
+// stealAsPeer takes shard's lease over for owner, a live subscriber not running here, as a
+// thief does: its heartbeat row held, the lease stolen at the counter it has, and the change
+// row moved, which the subscriber it was stolen from watches.
+func stealAsPeer(t testing.TB, store lease.Store, stream, shard, owner string) {
+	t.Helper()
+	ctx := context.Background()
+	ok, err := store.Acquire(ctx, stream+"/"+ownerRowPrefix+owner, owner, time.Hour)
+	require.NoError(t, err)
+	require.True(t, ok, "heartbeat row of %s", owner)
+	l, err := store.Read(ctx, stream+"/"+shard)
+	require.NoError(t, err)
+	ok, err = store.Steal(ctx, l.Key, owner, l.Counter, 0)
+	require.NoError(t, err)
+	require.True(t, ok, "steal of %s", shard)
+	change := stream + "/" + changesRow
+	c, err := store.Read(ctx, change)
+	require.NoError(t, err)
+	if c.Counter == 0 {
+		_, err = store.Acquire(ctx, change, owner, changeHold)
+	} else {
+		_, err = store.Steal(ctx, change, owner, c.Counter, changeHold)
+	}
+	require.NoError(t, err)
 }

@@ -83,37 +83,18 @@ type meteredStore struct {
 
 var _ lease.Store = meteredStore{}
 
-// narrowed returns the metered store as a lease.Store that implements the optional interfaces
-// lease.PrefixLister and lease.WeakReader exactly when the store it meters does: a caller
-// that asks for one gets an answer true of the user's store.
+// narrowed returns the metered store as a lease.Store that implements the optional interface
+// lease.PrefixLister exactly when the store it meters does: a caller that asks for it gets an
+// answer true of the user's store.
 func (c meteredStore) narrowed() lease.Store {
-	_, lists := c.s.(lease.PrefixLister)
-	_, weak := c.s.(lease.WeakReader)
-	switch {
-	case lists && weak:
-		return meteredFull{meteredLister{c}}
-	case lists:
+	if _, ok := c.s.(lease.PrefixLister); ok {
 		return meteredLister{c}
-	case weak:
-		return meteredWeak{c}
 	}
 	return c
 }
 
-// meteredLister, meteredWeak and meteredFull add the optional interfaces to a metered store.
-type (
-	meteredLister struct{ meteredStore }
-	meteredWeak   struct{ meteredStore }
-	meteredFull   struct{ meteredLister }
-)
-
-func (c meteredWeak) ReadWeak(ctx context.Context, key string) (lease.Lease, error) {
-	return c.readWeak(ctx, key)
-}
-
-func (c meteredFull) ReadWeak(ctx context.Context, key string) (lease.Lease, error) {
-	return c.readWeak(ctx, key)
-}
+// meteredLister adds lease.PrefixLister to a metered store.
+type meteredLister struct{ meteredStore }
 
 func (c meteredStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Acquire")
@@ -152,16 +133,6 @@ func (c meteredStore) Read(ctx context.Context, key string) (lease.Lease, error)
 	ctx = c.m.leaseCapacity(ctx, "lease.Read")
 	start := time.Now()
 	l, err := c.s.Read(ctx, key)
-	c.m.req.record(ctx, "lease.Read", start, err)
-	return l, err
-}
-
-// readWeak reads as lease.WeakReader does, for a store that implements it; counted as
-// lease.Read.
-func (c meteredStore) readWeak(ctx context.Context, key string) (lease.Lease, error) {
-	ctx = c.m.leaseCapacity(ctx, "lease.Read")
-	start := time.Now()
-	l, err := c.s.(lease.WeakReader).ReadWeak(ctx, key)
 	c.m.req.record(ctx, "lease.Read", start, err)
 	return l, err
 }

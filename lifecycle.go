@@ -238,6 +238,13 @@ func (w *worker) endGeneration(end *ending) uint64 {
 	return gen
 }
 
+// lose ends the shard after its lease was lost: no further checkpoint, and nothing more
+// delivered from it, not even what the dispatcher holds. The new owner replays from the last
+// checkpoint.
+func (w *worker) lose(why string) {
+	w.env.invalidate([]*worker{w}, &ending{cause: causeLoss, why: why})
+}
+
 // work is what the running work (Process's handlers) on one generation's records is told
 // through: stale ends as soon as the generation ends, whatever ends it (nothing more of it may
 // start); ctx ends when its running work must stop, at once on a seek or a lost lease, at the

@@ -218,7 +218,7 @@ func TestStealNeverOverlapsFailingVictim(t *testing.T) {
 		for stolen == "" {
 			time.Sleep(5 * time.Millisecond)
 			for _, st := range subC.Shards() {
-				if st.Owner == "c" && (st.State == ShardStarting || st.State == ShardReading) {
+				if baseOwner(st.Owner) == "c" && (st.State == ShardStarting || st.State == ShardReading) {
 					stolen = st.ShardID
 				}
 			}
@@ -266,7 +266,7 @@ func TestHungStoreStopsReaderBeforeExpiry(t *testing.T) {
 		store.breakAfterRenew.Store(int32(storeFail))
 		<-store.broke
 		last := time.Unix(0, store.lastRenewSent.Load())
-		for errs.count(func(err error) bool { var se *ShardError; return errors.As(err, &se) && se.Op == "Renew" }) == 0 {
+		for errs.count(func(err error) bool { var se *ShardError; return errors.As(err, &se) && se.Op == OpHeartbeat }) == 0 {
 			time.Sleep(time.Millisecond)
 		}
 		store.set(storeHang)
@@ -299,10 +299,7 @@ func TestLostLeaseDropsHeldRecord(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		synctest.Wait() // the dispatcher now waits to hand "a" over
-		l := readLease(t, store, "held", "shardId-000000000000")
-		ok, err := store.Steal(context.Background(), l.Key, "thief", l.Counter, time.Hour)
-		require.NoError(t, err)
-		require.True(t, ok)
+		stealAsPeer(t, store, "held", "shardId-000000000000", "thief")
 		for errs.count(func(err error) bool { return errors.Is(err, ErrLeaseLost) }) == 0 {
 			time.Sleep(time.Millisecond)
 		}

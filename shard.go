@@ -2,6 +2,8 @@ package kinesub
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -29,10 +31,11 @@ type shardEnv struct {
 
 	report    func(*ShardError)
 	reportAll func(error)
-	changed   func(context.Context) // bumps the change row (changes.go)
-	fence     func()                // fences the Messages dispatcher (dispatch.go)
-	fail      func(error)           // ends the subscription with a fatal error
-	forget    func(w *worker)       // the shard's life is over (coordinator.go)
+	changed   func(context.Context)       // bumps the change row (changes.go)
+	announce  func(context.Context) error // bumps it, and says whether it did
+	fence     func()                      // fences the Messages dispatcher (dispatch.go)
+	fail      func(error)                 // ends the subscription with a fatal error
+	forget    func(w *worker)             // the shard's life is over (coordinator.go)
 	source    func(w *worker) shardSource
 }
 
@@ -60,12 +63,12 @@ type worker struct {
 	readCtx    context.Context
 	cancelRead context.CancelFunc
 	readerDone chan struct{} // closed when the reader has returned (or will never run)
-	// The keeper and the flusher, started and waited for by life: each closes its channel when
-	// it returns (flusherDone is closed from the start without a flusher).
-	keeperDone, flusherDone chan struct{}
-	stopKeep                chan struct{}
-	stopOnce                sync.Once
-	out                     outstanding // deliveries handed out, not settled
+	// The flusher, started and waited for by life: it closes flusherDone when it returns
+	// (closed from the start without a flusher).
+	flusherDone chan struct{}
+	stopKeep    chan struct{}
+	stopOnce    sync.Once
+	out         outstanding // deliveries handed out, not settled
 
 	// Where the reader opens the shard, chosen when the lease was taken (coordinator.go).
 	start      Position
@@ -88,7 +91,9 @@ type worker struct {
 	shown       atomic.Pointer[lease.Checkpoint]
 	checkpoints atomic.Int64
 
-	lastRenew atomic.Int64 // when the last successful renewal (or the taking write) was sent (keeper.go)
+	// announce, for a lease stolen for balance: the change row must move before the wait for the
+	// previous owner (stealWait) begins, so that the victim notices (tenure.go).
+	announce bool
 
 	// Seeks waiting for the reader (seek.go).
 	seekMu   sync.Mutex
@@ -103,7 +108,7 @@ type worker struct {
 	failing atomic.Pointer[FailingRecord] // the record Process has retried longest; for Shards
 }
 
-func newWorker(env *shardEnv, id string, l lease.Lease, acquired time.Time, stolen bool) *worker {
+func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
 	w := &worker{
 		env:         env,
 		id:          id,
@@ -115,7 +120,6 @@ func newWorker(env *shardEnv, id string, l lease.Lease, acquired time.Time, stol
 		lost:        make(chan struct{}),
 		readerDone:  make(chan struct{}),
 		stopKeep:    make(chan struct{}),
-		keeperDone:  make(chan struct{}),
 		flusherDone: make(chan struct{}),
 		room:        make(chan struct{}, 1),
 		seekNote:    make(chan struct{}, 1),
@@ -125,9 +129,9 @@ func newWorker(env *shardEnv, id string, l lease.Lease, acquired time.Time, stol
 	if stolen {
 		w.st.Store(uint32(stateStarting))
 		w.startDelay = stealWait(env.cfg.leaseTTL)
+		w.announce = true
 	}
 	w.readCtx, w.cancelRead = context.WithCancel(env.runCtx)
-	w.lastRenew.Store(acquired.UnixNano())
 	w.setWritten(l.Checkpoint)
 	return w
 }
@@ -138,13 +142,12 @@ func newWorker(env *shardEnv, id string, l lease.Lease, acquired time.Time, stol
 func (w *worker) life() {
 	defer w.env.forget(w)
 	read := w.awaitStart()
-	go w.keep() // owned by life, which waits for keeperDone
 	if d := w.env.cfg.checkpointInterval; d > 0 {
 		go w.flushEvery(d) // owned by life, which waits for flusherDone
 	} else {
 		close(w.flusherDone)
 	}
-	defer func() { <-w.keeperDone; <-w.flusherDone }()
+	defer func() { <-w.flusherDone }()
 	if read {
 		w.read()
 	}
@@ -179,10 +182,26 @@ func (w *worker) passBarrier() {
 }
 
 // awaitStart waits, for a lease stolen from a live owner, until that owner has surely stopped
-// reading, and reports whether the shard may be read: false when it was invalidated first.
+// reading, and reports whether the shard may be read: false when it was invalidated first. A
+// steal for balance first moves the change row, until that succeeds: the victim learns of the
+// steal from it, and stops reading at most 2/3 TTL after (tenure.go).
 func (w *worker) awaitStart() bool {
 	if w.state() != stateStarting {
 		return w.state() == stateReading
+	}
+	for attempt := 0; w.announce; attempt++ {
+		if err := w.env.announce(w.readCtx); err == nil {
+			break
+		} else if w.readCtx.Err() == nil {
+			w.env.report(&ShardError{Stream: w.env.stream, Shard: w.id, Op: OpSteal, Err: fmt.Errorf("change row not moved after the steal, reading waits: %w", err)})
+		}
+		t := time.NewTimer(backoff(attempt))
+		select {
+		case <-t.C:
+		case <-w.readCtx.Done():
+			t.Stop()
+			return false
+		}
 	}
 	t := time.NewTimer(w.startDelay)
 	defer t.Stop()
@@ -204,17 +223,13 @@ func (w *worker) read() {
 	r.loop()
 }
 
-// stopKeeping stops the keeper and the flusher, and waits for them until ctx ends: a renewal
-// or flush hung on the store ends by itself within the request timeout (life waits for it
-// before it returns).
+// stopKeeping stops the flusher, and waits for it until ctx ends: a flush hung on the store
+// ends by itself within the request timeout (life waits for it before it returns).
 func (w *worker) stopKeeping(ctx context.Context) {
 	w.stopOnce.Do(func() { close(w.stopKeep) })
-	for _, done := range []chan struct{}{w.keeperDone, w.flusherDone} {
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return
-		}
+	select {
+	case <-w.flusherDone:
+	case <-ctx.Done():
 	}
 }
 
@@ -231,8 +246,6 @@ func (w *worker) drain(expire bool) {
 		var cancel context.CancelFunc
 		drain, cancel = context.WithTimeout(w.env.bgCtx, handBackDrain)
 		defer cancel()
-		write, cancel = context.WithTimeout(w.env.bgCtx, 2*w.env.cfg.requestTimeout)
-		defer cancel()
 	}
 	if n := w.out.count(); n > 0 {
 		until, _ := drain.Deadline()
@@ -243,6 +256,18 @@ func (w *worker) drain(expire bool) {
 		}
 	}
 	w.stopWork()
+	if end.cause == causeHandBack { // the last writes' time runs from the drain's end
+		var cancel context.CancelFunc
+		write, cancel = context.WithTimeout(w.env.bgCtx, 2*w.env.cfg.requestTimeout)
+		defer cancel()
+	}
+	w.stopKeeping(write)
+	// The last checkpoint is written before a closing subscriber drops its heartbeat row: from
+	// then, peers may take its shards.
+	var err error
+	if !expire {
+		err = w.flush(write)
+	}
 	if end.drained != nil {
 		w.passBarrier()
 		select {
@@ -250,16 +275,15 @@ func (w *worker) drain(expire bool) {
 		case <-write.Done():
 		}
 	}
-	w.stopKeeping(write)
 	switch {
 	case w.state() != stateDraining:
-		return // lost meanwhile
+		// lost meanwhile
 	case expire:
-		w.log.Info("stolen lease left to expire", "ttl", w.env.cfg.leaseTTL)
-		w.moveTo(stateReleased, "stolen and not yet read: left to expire, as its previous owner may still read it")
-		return
+		w.log.Info("stolen lease left to its previous owner's end", "ttl", w.env.cfg.leaseTTL)
+		w.moveTo(stateReleased, "stolen and not yet read: not released, as its previous owner may still read it")
+	default:
+		err = errors.Join(err, w.retire(write, end.cause == causeHandBack))
 	}
-	err := w.retire(write, end.cause == causeHandBack)
 	if end.errs != nil {
 		end.errs.add(err)
 	} else if err != nil {
@@ -340,10 +364,11 @@ func (w *worker) hasRoom() bool {
 	return c.maxInFlight-w.wm.unsettled() >= c.refill() && w.wm.bytes <= c.maxInFlightBytes/2
 }
 
-// stealWait is how long a thief waits after stealing a lease before it reads the shard. The
-// victim's last successful renewal was sent before the steal was applied (a renewal after it
-// fails: the lease has another holder), and the victim stops reading at the latest 2/3 TTL after
-// sending it (renewDeadline), however its store calls fail. Both measure elapsed time on their
-// own monotonic clocks, so clock offsets between hosts do not matter; the extra TTL/12 covers
-// the victim's scheduling delay in stopping and clock rate drift.
+// stealWait is how long a thief waits, after the change row moved following its steal, before
+// it reads the shard. The victim's last confirmation that its leases were its own was sent
+// before that move was applied (a later one sees the move, reads its leases and stops), and the
+// victim stops reading at the latest 2/3 TTL after sending it (tenure.go), however its store
+// calls fail. Both measure elapsed time on their own monotonic clocks, so clock offsets between
+// hosts do not matter; the extra TTL/12 covers the victim's scheduling delay in stopping and
+// clock rate drift.
 func stealWait(ttl time.Duration) time.Duration { return ttl*2/3 + ttl/12 }

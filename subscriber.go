@@ -36,11 +36,12 @@ type Subscriber struct {
 	// as of then (WithInitialPosition).
 	subscribedAt time.Time
 
-	env   *shardEnv    // what every shard held here shares (shard.go)
-	table *shardTable  // the shards known and held; its own lock (registry.go)
-	coord *coordinator // lists, claims, balances; owned by its goroutine (coordinator.go)
-	del   *delivery    // readers → consumer: the hand-off and the Messages dispatcher (dispatch.go)
-	errs  *reporter    // Errors
+	env    *shardEnv    // what every shard held here shares (shard.go)
+	table  *shardTable  // the shards known and held; its own lock (registry.go)
+	coord  *coordinator // lists, claims, balances; owned by its goroutine (coordinator.go)
+	tenure *tenure      // the heartbeat row and the readers' deadline (tenure.go)
+	del    *delivery    // readers → consumer: the hand-off and the Messages dispatcher (dispatch.go)
+	errs   *reporter    // Errors
 
 	runCtx  context.Context // ends when the subscription stops reading
 	stopRun context.CancelFunc
@@ -53,6 +54,10 @@ type Subscriber struct {
 	// a shutdown.
 	coordinating chan struct{}
 	watching     sync.WaitGroup
+	// stopTenure ends keepTenure, and tenureDone is closed when it has returned: Close stops it
+	// once every shard drained, before it drops the heartbeat row.
+	stopTenure context.CancelFunc
+	tenureDone chan struct{}
 
 	closeOnce sync.Once
 	errMu     sync.Mutex
@@ -97,6 +102,10 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	// Each process holds leases under an owner name of its own, even a restarted one that keeps
+	// its WithOwner name: its heartbeat row is its own, and the leases of a process that died are
+	// freed when its row is found lapsed, never confused with its successor's.
+	cfg.owner += "#" + incarnation()
 	m, err := newMetrics(cfg.meterProvider, ref.name)
 	if err != nil {
 		return nil, err
@@ -122,6 +131,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	}
 	s.seeker = &Seeker{s: s}
 	s.coord = newCoordinator(s)
+	s.tenure = newTenure(s.ownerKey(), cfg.leaseTTL, func() { s.loseAll("not renewed in time") })
 	if err := s.ensureStream(ctx); err != nil {
 		return nil, err
 	}
@@ -129,6 +139,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		return nil, err
 	}
 	if err := s.registerFanOut(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkPeers(ctx); err != nil {
 		return nil, err
 	}
 	if err := m.observe(s.table.reading); err != nil {
@@ -139,11 +152,24 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	s.env = &shardEnv{
 		cfg: &s.cfg, store: s.cfg.store, client: client, stream: s.stream, ref: ref,
 		hand: s.del.hand, metrics: m, bgCtx: s.bgCtx, runCtx: s.runCtx, done: s.done,
-		report: s.report, reportAll: s.reportAll, changed: s.changed, fence: s.del.fenceDispatch,
+		report: s.report, reportAll: s.reportAll, changed: s.changed, announce: s.announce, fence: s.del.fenceDispatch,
 		fail: s.fail, forget: s.coord.forget, source: s.sourceFor, log: s.log,
 	}
-	// Both owned by the subscriber: stop waits for the coordinator (coordinating), which waits
-	// for every shard's life; Close waits for the watcher (watching).
+	if err := s.join(ctx); err != nil {
+		s.stopRun()
+		s.stopBg()
+		m.stop()
+		return nil, fmt.Errorf("kinesub: lease store: heartbeat row: %w", err)
+	}
+	// Owned by the subscriber: stop waits for the tenure keeper (tenureDone) and the coordinator
+	// (coordinating), which waits for every shard's life; Close waits for the watcher (watching).
+	var tenureCtx context.Context
+	tenureCtx, s.stopTenure = context.WithCancel(context.Background())
+	s.tenureDone = make(chan struct{})
+	go func() {
+		defer close(s.tenureDone)
+		s.keepTenure(tenureCtx)
+	}()
 	go func() {
 		defer close(s.coordinating)
 		s.coord.coordinate(s.runCtx)
@@ -348,6 +374,10 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		drained: &drained, release: release, errs: &errs})
 	s.stopRun()
 	drained.Wait()
+	// Every closing shard wrote its last checkpoint: the heartbeat row may go, and with it the
+	// deadline that would lose them.
+	s.stopTenure()
+	<-s.tenureDone
 	errs.add(s.dropHeartbeat(write))
 	close(release)
 	<-s.coordinating

@@ -53,7 +53,6 @@ var (
 	_ dynamoAPI    = (*dynamodb.Client)(nil)
 	_ PrefixLister = (*DynamoDB)(nil)
 	_ PrefixLister = (*Memory)(nil)
-	_ WeakReader   = (*DynamoDB)(nil)
 )
 
 // DynamoDB is a Store kept in a DynamoDB table, one item per lease, for several processes
@@ -304,7 +303,7 @@ func (d *DynamoDB) Read(ctx context.Context, key string) (Lease, error) {
 	return d.read(ctx, key, true)
 }
 
-// ReadWeak implements WeakReader, with an eventually consistent read: half the read units of
+// ReadWeak reads a lease as Read does, with an eventually consistent read: half the read units of
 // Read.
 func (d *DynamoDB) ReadWeak(ctx context.Context, key string) (Lease, error) {
 	return d.read(ctx, key, false)

@@ -143,15 +143,6 @@ type PrefixLister interface {
 	ListPrefix(ctx context.Context, prefix string) ([]Lease, error)
 }
 
-// WeakReader is implemented by stores that can read a lease more cheaply when the answer may
-// be a little stale (an eventually consistent read on DynamoDB: half the read units, usually
-// current within a second). kinesub reads the change row so each second: a missed bump is
-// seen at the next read, and every decision the row triggers ends in a conditional write.
-type WeakReader interface {
-	// ReadWeak returns the lease as Read does, possibly without the latest writes.
-	ReadWeak(ctx context.Context, key string) (Lease, error)
-}
-
 // ErrInvalidArgument is returned, wrapped, for a nil context, an empty key, owner or table name,
 // or a non-positive TTL. Such calls do no I/O.
 var ErrInvalidArgument = errors.New("lease: invalid argument")
