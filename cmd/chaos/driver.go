@@ -225,6 +225,11 @@ func (r *run) start(slot int) (*proc, error) {
 		"-ttl", r.cfg.TTL.String(), "-checkpoint", r.cfg.Checkpoint.String(),
 		fmt.Sprintf("-process=%t", r.cfg.Process))
 	p.cmd.Stdout, p.cmd.Stderr = stderr, stderr
+	if r.cfg.Race {
+		// The race runtime sleeps 1s at exit by default: a consumer would seem to take 1s
+		// longer to stop, and a rolling deploy to start its replacement 1s late.
+		p.cmd.Env = append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	}
 	if err := p.cmd.Start(); err != nil {
 		stderr.Close()
 		return nil, fmt.Errorf("start %s: %w", owner, err)
