@@ -15,11 +15,11 @@ import (
 
 // A rolling deploy restarts every consumer once, one at a time, as an orchestrator does: SIGTERM
 // to the process, whose handler calls Subscriber.Close and exits; once it has exited, a new
-// process (under a new owner name) starts in its place; once the new one holds its share and
-// every shard is read again, the next consumer is restarted. A producer publishes steadily
-// throughout. The figures: records lost, records acknowledged by the old owner and delivered
-// again, and per shard the gap between the last record the old owner read and the first the
-// new one read.
+// process (under a new owner name) starts in its place, at once or Config.StartDelay later;
+// once the new one holds its share and every shard is read again, the next consumer is
+// restarted. A producer publishes steadily throughout. The figures: records lost, records
+// acknowledged by the old owner and delivered again, and per shard the gap between the last
+// record the old owner read and the first the new one read.
 
 // DefaultDeployConfig is the run `go run ./cmd/chaos -deploy` does without other flags: three
 // rolling deploys of three consumers, with the library's default lease TTL and checkpoint
@@ -118,6 +118,9 @@ func (r *run) restart(ctx context.Context, tl *tailer, slot int) (restartEvent, 
 		return rs, err
 	}
 	rs.exited = old.ended
+	if err := sleepUntil(ctx, rs.exited.Add(r.cfg.StartDelay)); err != nil {
+		return rs, err
+	}
 	p, err := r.start(slot)
 	if err != nil {
 		return rs, err

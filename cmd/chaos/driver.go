@@ -56,7 +56,12 @@ type Config struct {
 	// with SIGTERM and a new process once the old one exited, under a producer publishing Rate
 	// records a second until the deploys are done (Records is then a cap).
 	Deploys int
-	Logf    func(format string, args ...any)
+	// StartDelay is how long after an old process exited its replacement starts in a rolling
+	// deploy (an orchestrator pulling an image, a slow start): 0 starts it at once, so it
+	// usually claims the released shards itself; longer, the peers take them first and hand
+	// them back when it joins.
+	StartDelay time.Duration
+	Logf       func(format string, args ...any)
 }
 
 // DefaultConfig is the run `go run ./cmd/chaos` does without flags.

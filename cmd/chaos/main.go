@@ -71,6 +71,7 @@ func main() {
 	flag.BoolVar(&cfg.Process, "process", false, "consumers handle records with Subscriber.Process, many at once")
 	deploy := flag.Bool("deploy", false, "rolling deploys under a steady producer instead of kill -9s (its defaults: -records 1000000 as a cap, -rate 500, -ttl 10s, -checkpoint 5s, -kills 0)")
 	deploys := flag.Int("deploys", DefaultDeployConfig().Deploys, "rolling deploys with -deploy, each restarting every consumer once")
+	flag.DurationVar(&cfg.StartDelay, "start-delay", 0, "with -deploy, time from a consumer's exit until its replacement starts")
 	asJSON := flag.Bool("json", false, "print the report as JSON")
 	verbose := flag.Bool("v", true, "print progress")
 	flag.Parse()
