@@ -39,13 +39,14 @@ import (
 
 var (
 	leaseWrites          = flag.Bool("leasewrites", true, "measure the lease table's writes per instance at steady state, failover after a crash, and rolling deploys")
-	leaseWritesShards    = flag.String("leasewrites-shards", "64,1000", "shard counts of the idle streams whose lease writes are counted, one pass each")
+	leaseWritesShards    = flag.String("leasewrites-shards", "64,1000", "shard counts of the idle streams whose lease writes are counted, one pass each (empty: none)")
 	leaseWritesInstances = flag.Int("leasewrites-instances", 4, "subscribers sharing each stream")
 	leaseWritesWindow    = flag.Duration("leasewrites-window", 30*time.Second, "steady-state window the writes are counted over (9 renewal periods at the default 10s TTL)")
 	leaseWritesPoll      = flag.Duration("leasewrites-poll", 5*time.Second, "poll interval of the idle readers (spares the Kinesis server; lease writes do not depend on it)")
 	leaseWritesKills     = flag.Int("leasewrites-kills", 20, "crashes of one instance, each measured until its shards are read again (0: none)")
 	leaseWritesKillTTL   = flag.Duration("leasewrites-kill-ttl", 3*time.Second, "lease TTL of the crash passes (the goal scales with it: TTL + one balance interval, 2 × TTL)")
 	leaseWritesDeploys   = flag.Int("leasewrites-deploys", 3, "rolling deploys of cmd/chaos -deploy (3 consumer processes, 8 shards; 0: none)")
+	leaseWritesDelay     = flag.Duration("leasewrites-deploy-delay", 0, "cmd/chaos -start-delay: from a consumer's exit until its replacement starts")
 )
 
 // writesBefore holds the writes per instance-minute that this section measured on the
@@ -64,19 +65,23 @@ func leaseWritesFigures() error {
 	if err != nil {
 		return err
 	}
-	child, err := startChildServer(false)
-	if err != nil {
-		return err
-	}
-	defer child.close()
-
 	var counts []int
-	for _, f := range strings.Split(*leaseWritesShards, ",") {
+	for f := range strings.SplitSeq(*leaseWritesShards, ",") {
+		if strings.TrimSpace(f) == "" {
+			continue // -leasewrites-shards= counts no writes
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
 			return fmt.Errorf("-leasewrites-shards: %q is not a positive count", f)
 		}
 		counts = append(counts, n)
+	}
+	var child *childServer
+	if len(counts) > 0 || *leaseWritesKills > 0 {
+		if child, err = startChildServer(false); err != nil {
+			return err
+		}
+		defer child.close()
 	}
 	if len(counts) > 0 {
 		fmt.Printf("%d instances, default lease TTL (10s) and balance interval (20s), idle shards polled every %v; writes are\n",
@@ -334,7 +339,8 @@ func deployFigures(ctx context.Context) error {
 	if err != nil {
 		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	args := []string{"run", "./cmd/chaos", "-deploy", "-deploys", strconv.Itoa(*leaseWritesDeploys), "-json", "-v=false"}
+	args := []string{"run", "./cmd/chaos", "-deploy", "-deploys", strconv.Itoa(*leaseWritesDeploys),
+		"-start-delay", leaseWritesDelay.String(), "-json", "-v=false"}
 	cmd := exec.CommandContext(ctx, gobin, args...)
 	cmd.Dir = root
 	var stdout, stderr bytes.Buffer
@@ -355,7 +361,11 @@ func deployFigures(ctx context.Context) error {
 	d := rep.Deploy
 	p99 := quantileDur(d.Gaps, 0.99)
 	fmt.Printf("  rolling deploys (go %s): 3 consumer processes on 8 shards, records at 500/s, lease TTL 10s,\n", strings.Join(args, " "))
-	fmt.Println("    checkpoints every 5s; each consumer in turn gets SIGTERM (Close, exit), a new process starts once it has exited")
+	when := "once it has exited"
+	if *leaseWritesDelay > 0 {
+		when = fmt.Sprintf("%v after it exited", *leaseWritesDelay)
+	}
+	fmt.Printf("    checkpoints every 5s; each consumer in turn gets SIGTERM (Close, exit), a new process starts %s\n", when)
 	fmt.Printf("    gap from an owner's last record read to the next owner's first, per shard and deploy: p50 %v, p99 %v, max %v\n",
 		msDur(quantileDur(d.Gaps, 0.5)), msDur(p99), msDur(slices.Max(append(d.Gaps, 0))))
 	fmt.Printf("      over %d shard-deploys (%d handoffs; %d deploys, %d restarts, SIGTERM to exit p50 %v); goal p99 ≤ 1s: %s\n",
