@@ -320,3 +320,39 @@ func TestVerifyDeployRedelivered(t *testing.T) {
 		})
 	}
 }
+
+// With Process, a release checkpoints at the first record not handled, so records handled past
+// it are replayed by the next reader: no violation then, but one for a record at or before the
+// checkpoint the next reader resumed from.
+func TestVerifyProcessReplayAfterRelease(t *testing.T) {
+	released := func(resumeAt string) *scenario {
+		sc := baseScenario()
+		sc.process, sc.kills = true, nil
+		// a handles 10 and 12 but has not started 11 when it hands the shard back.
+		sc.a = &fakeLog{owner: "a"}
+		sc.a.take(0, shard0, "").
+			deliver(10, shard0, "10", 0).deliver(20, shard0, "12", 2).
+			checkpoint(30, shard0, "10").
+			event(40, "lease released", map[string]string{"shard_id": shard0})
+		sc.b = &fakeLog{owner: "b"}
+		sc.b.take(100, shard0, resumeAt).
+			deliver(110, shard0, "11", 1).deliver(120, shard0, "12", 2).deliver(130, shard0, "13", 3).
+			checkpoint(140, shard0, "13").
+			event(3000, "lease released", map[string]string{"shard_id": shard0})
+		return sc
+	}
+	rep := released("10").verify(t)
+	assert.Empty(t, rep.Violations)
+	assert.Equal(t, 1, rep.DupAfterRelease)
+
+	sc := released("10")
+	sc.b.lines = nil
+	sc.b.take(100, shard0, "12").
+		deliver(110, shard0, "11", 1).deliver(120, shard0, "12", 2).deliver(130, shard0, "13", 3).
+		event(3000, "lease released", map[string]string{"shard_id": shard0})
+	assert.Contains(t, strings.Join(sc.verify(t).Violations, "\n"), "12 delivered by a again by b")
+
+	sc = released("10")
+	sc.process = false
+	assert.Contains(t, strings.Join(sc.verify(t).Violations, "\n"), "12 delivered by a again by b", "a Messages consumer's release covers what it handled")
+}
