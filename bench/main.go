@@ -21,6 +21,10 @@
 //     Scan of the table, against the change row with the lease_stream index;
 //   - with -startup, the time from Subscribe to every shard of a 1,000-shard stream held and
 //     delivering, with 1 and 3 instances, and the heap per held shard;
+//   - lease writes (leasewrites.go): DynamoDB writes per instance-minute with 64 and 1,000 idle
+//     shards over 4 instances (on kinesistest in a child process, the table on dynalite through
+//     the counting proxy) against the per-shard-renewal protocol's; the time from an instance's
+//     crash until its shards are read again; and the rolling-deploy figures of cmd/chaos -deploy;
 //   - publishing on kinesistest enforcing the service's write limits (a child process): a
 //     burst from concurrent PublishBatch calls against the time the limits allow, aggregation
 //     against none, and the publisher's CPU per record against a raw PutRecords loop;
@@ -58,7 +62,7 @@ var (
 	inProcess   = flag.Bool("inprocess", true, "run the in-process go benchmarks")
 	endToEnd    = flag.Bool("e2e", true, "run the end-to-end passes on the local Kinesis server")
 	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the end-to-end kinesub passes to this file")
-	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, startup, publish, process")
+	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process")
 	pollEvery   = 20 * time.Millisecond
 	passTimeout = 3 * time.Minute
 )
@@ -92,6 +96,7 @@ var sections = []section{
 	{"limits", endToEnd, limitFigures},
 	{"latency", latency, latencyFigures},
 	{"leasecost", leaseCost, leaseCostFigures},
+	{"leasewrites", leaseWrites, leaseWritesFigures},
 	{"startup", startup, startupFigures},
 	{"publish", publishFigs, publishFigures},
 	{"process", processFigs, processFigures},
@@ -108,7 +113,7 @@ func run() error {
 			delete(unknown, sec.name)
 		}
 		if len(unknown) > 0 {
-			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, startup, publish, process", *only, slices.Sorted(maps.Keys(unknown)))
+			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process", *only, slices.Sorted(maps.Keys(unknown)))
 		}
 	}
 	// An endpoint that is set must be local; the sections that need one check it is set.

@@ -190,15 +190,8 @@ func startupPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stream
 // localStream checks that DynamoDB is the local server, then creates a stream of shards named
 // prefix and a random suffix on the local Kinesis server; cleanup deletes it.
 func localStream(ctx context.Context, prefix string, shards int32) (cfg aws.Config, kc *kinesis.Client, stream string, cleanup func(), err error) {
-	if err := testenv.CheckLoopback(os.Getenv(testenv.DynamoDBEndpointVar)); err != nil {
-		return cfg, nil, "", nil, fmt.Errorf("%s: %v; run `make bench`, which starts the local servers and sets it", testenv.DynamoDBEndpointVar, err)
-	}
-	cfg, err = config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
-	if err != nil {
+	if cfg, err = localConfig(ctx); err != nil {
 		return cfg, nil, "", nil, err
-	}
-	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
-		cfg.Credentials = aws.AnonymousCredentials{}
 	}
 	kc = kinesis.NewFromConfig(cfg)
 	var b [4]byte
@@ -212,4 +205,20 @@ func localStream(ctx context.Context, prefix string, shards int32) (cfg aws.Conf
 		defer cancel()
 		_, _ = kc.DeleteStream(dctx, &kinesis.DeleteStreamInput{StreamName: aws.String(stream)})
 	}, nil
+}
+
+// localConfig checks that DynamoDB is the local server, and loads the SDK's configuration for
+// the local servers.
+func localConfig(ctx context.Context) (aws.Config, error) {
+	if err := testenv.CheckLoopback(os.Getenv(testenv.DynamoDBEndpointVar)); err != nil {
+		return aws.Config{}, fmt.Errorf("%s: %v; run `make bench`, which starts the local servers and sets it", testenv.DynamoDBEndpointVar, err)
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
+	if err != nil {
+		return cfg, err
+	}
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+		cfg.Credentials = aws.AnonymousCredentials{}
+	}
+	return cfg, nil
 }

@@ -51,7 +51,17 @@ type Config struct {
 	// each taking up to 2ms) rather than a Messages loop: records of different keys are then
 	// handled out of their shard's order, and the checks follow the per-key promise instead.
 	Process bool
-	Logf    func(format string, args ...any)
+	// Deploys, when positive, makes the run a series of rolling deploys instead of kill -9s
+	// (Kills must then be 0; see deploy.go): each restarts every consumer once, one at a time,
+	// with SIGTERM and a new process once the old one exited, under a producer publishing Rate
+	// records a second until the deploys are done (Records is then a cap).
+	Deploys int
+	// StartDelay is how long after an old process exited its replacement starts in a rolling
+	// deploy (an orchestrator pulling an image, a slow start): 0 starts it at once, so it
+	// usually claims the released shards itself; longer, the peers take them first and hand
+	// them back when it joins.
+	StartDelay time.Duration
+	Logf       func(format string, args ...any)
 }
 
 // DefaultConfig is the run `go run ./cmd/chaos` does without flags.
@@ -80,7 +90,8 @@ type proc struct {
 	killed  time.Time // zero unless killed with SIGKILL
 	termed  bool      // sent SIGTERM
 	done    chan struct{}
-	err     error // from Wait
+	err     error     // from Wait
+	ended   time.Time // when Wait returned; set before done closes
 }
 
 // run is the state of one chaos run.
@@ -140,7 +151,11 @@ func Run(ctx context.Context, cfg Config, kc *kinesis.Client, dc *dynamodb.Clien
 	defer r.teardown()
 	defer r.killAll()
 
-	rep, err = r.chaos(ctx)
+	if cfg.Deploys > 0 {
+		rep, err = r.deploy(ctx)
+	} else {
+		rep, err = r.chaos(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -225,13 +240,19 @@ func (r *run) start(slot int) (*proc, error) {
 		"-ttl", r.cfg.TTL.String(), "-checkpoint", r.cfg.Checkpoint.String(),
 		fmt.Sprintf("-process=%t", r.cfg.Process))
 	p.cmd.Stdout, p.cmd.Stderr = stderr, stderr
+	if r.cfg.Race {
+		// The race runtime sleeps 1s at exit by default: a consumer would seem to take 1s
+		// longer to stop, and a rolling deploy to start its replacement 1s late.
+		p.cmd.Env = append(os.Environ(), "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+	}
 	if err := p.cmd.Start(); err != nil {
 		stderr.Close()
 		return nil, fmt.Errorf("start %s: %w", owner, err)
 	}
 	p.started = time.Now()
-	go func() {
+	go func() { // owned by the run: every incarnation is waited for (kill, awaitExit, killAll)
 		p.err = p.cmd.Wait()
+		p.ended = time.Now()
 		p.stderr.Close()
 		close(p.done)
 	}()
@@ -287,31 +308,20 @@ func (r *run) exited() []string {
 
 func (r *run) chaos(ctx context.Context) (*Report, error) {
 	cfg := r.cfg
-	r.live = make([]*proc, cfg.Consumers)
-	r.incs = make([]int, cfg.Consumers)
-	for i := range cfg.Consumers {
-		if _, err := r.start(i); err != nil {
-			return nil, err
-		}
-	}
-	pub, err := kinesub.NewPublisher(r.kc, r.stream)
+	pub, warmups, err := r.begin(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t := time.Now()
-	warmups, err := r.warmUp(ctx, pub)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Logf("chaos: every shard has a checkpoint after %v (%d warm-up records)", time.Since(t).Round(time.Millisecond), warmups)
-
 	// Publish in the background, paced, while killing.
-	pubDone := make(chan error, 1)
+	pctx, cancelPub := context.WithCancel(ctx)
+	var published sync.WaitGroup
+	var pubErr error
 	pubStart := time.Now()
-	go func() { pubDone <- r.publish(ctx, pub, pubStart) }()
+	published.Go(func() { _, pubErr = r.publish(pctx, pub, pubStart, nil) })
+	defer published.Wait()
+	defer cancelPub() // on an early return: the publisher stops first
 	window := time.Duration(float64(cfg.Records) / float64(cfg.Rate) * float64(time.Second))
 	step := window / time.Duration(cfg.Kills+1)
-	tl := newTailer(cfg.Records, cfg.Keys)
 	var kills []killEvent
 	for k := range cfg.Kills {
 		at := pubStart.Add(step*time.Duration(k+1) + time.Duration(r.rng.Int64N(int64(step/2))) - step/4)
@@ -329,27 +339,51 @@ func (r *run) chaos(ctx context.Context) (*Report, error) {
 			return nil, err
 		}
 	}
-	if err := <-pubDone; err != nil {
-		return nil, fmt.Errorf("publish: %w", err)
+	if published.Wait(); pubErr != nil {
+		return nil, fmt.Errorf("publish: %w", pubErr)
 	}
 	cfg.Logf("chaos: published %d records in %v", cfg.Records, time.Since(pubStart).Round(time.Millisecond))
+	return r.finish(ctx, newTailer(cfg.Records, cfg.Keys), pubStart, verifyInput{records: cfg.Records, kills: kills, warmups: warmups})
+}
 
-	// Wait until every record is in some log and no lease is held by a killed process.
+// begin starts the consumers and makes sure every shard has a checkpoint; it returns the
+// publisher of the measured records and the count of warm-up records.
+func (r *run) begin(ctx context.Context) (*kinesub.Publisher, int, error) {
+	cfg := r.cfg
+	r.live = make([]*proc, cfg.Consumers)
+	r.incs = make([]int, cfg.Consumers)
+	for i := range cfg.Consumers {
+		if _, err := r.start(i); err != nil {
+			return nil, 0, err
+		}
+	}
+	pub, err := kinesub.NewPublisher(r.kc, r.stream)
+	if err != nil {
+		return nil, 0, err
+	}
+	t := time.Now()
+	warmups, err := r.warmUp(ctx, pub)
+	if err != nil {
+		return nil, 0, err
+	}
+	cfg.Logf("chaos: every shard has a checkpoint after %v (%d warm-up records)", time.Since(t).Round(time.Millisecond), warmups)
+	return pub, warmups, nil
+}
+
+// finish waits until every one of the in.records measured records is in some log and no lease
+// is held by a killed process, stops the running consumers as an orchestrator would, and checks
+// the logs. in carries what the run did (records, kills, deploys); finish adds the rest.
+func (r *run) finish(ctx context.Context, tl *tailer, pubStart time.Time, in verifyInput) (*Report, error) {
+	cfg := r.cfg
 	deadline := time.Now().Add(cfg.Timeout)
 	var timedOut string
 	for {
-		r.mu.Lock()
-		paths := make([]string, len(r.procs))
-		for i, p := range r.procs {
-			paths[i] = p.log
-		}
-		r.mu.Unlock()
-		seen := tl.poll(paths)
+		seen := tl.poll(r.logPaths())
 		stale, err := r.deadHolders(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if seen == cfg.Records && stale == 0 {
+		if seen == in.records && stale == 0 {
 			cfg.Logf("chaos: every record logged %v after publishing began", time.Since(pubStart).Round(time.Millisecond))
 			break
 		}
@@ -357,7 +391,7 @@ func (r *run) chaos(ctx context.Context) (*Report, error) {
 			return nil, errors.New(strings.Join(bad, "\n"))
 		}
 		if time.Now().After(deadline) {
-			timedOut = fmt.Sprintf("timed out after %v: %d of %d records logged, %d leases held by killed processes", cfg.Timeout, seen, cfg.Records, stale)
+			timedOut = fmt.Sprintf("timed out after %v: %d of %d records logged, %d leases held by killed processes", cfg.Timeout, seen, in.records, stale)
 			break
 		}
 		if err := sleepUntil(ctx, time.Now().Add(200*time.Millisecond)); err != nil {
@@ -380,13 +414,8 @@ func (r *run) chaos(ctx context.Context) (*Report, error) {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, p := range live {
-		select {
-		case <-p.done:
-			if p.err != nil {
-				violations = append(violations, fmt.Sprintf("%s exited with %v after SIGTERM: %s", p.owner, p.err, tail(filepath.Join(r.dir, p.owner+".stderr"))))
-			}
-		case <-time.After(30 * time.Second):
-			violations = append(violations, fmt.Sprintf("%s did not exit within 30s of SIGTERM", p.owner))
+		if err := r.awaitExit(p); err != nil {
+			violations = append(violations, err.Error())
 		}
 	}
 	cfg.Logf("chaos: survivors stopped in %v", time.Since(termAt).Round(time.Millisecond))
@@ -400,14 +429,12 @@ func (r *run) chaos(ctx context.Context) (*Report, error) {
 	r.mu.Lock()
 	procs := append([]*proc(nil), r.procs...)
 	r.mu.Unlock()
-	in := verifyInput{
-		records: cfg.Records, keys: cfg.Keys, shards: int(cfg.Shards),
-		renew: cfg.TTL / 3, slack: cfg.Slack, stream: r.stream, final: final, kills: kills,
-		process: cfg.Process,
-		// A killed owner's lease lapses within a TTL of its last renewal; a claim round comes
-		// every TTL/3. One more round covers a round that just missed the expiry.
-		maxTakeover: cfg.TTL + 2*cfg.TTL/3 + cfg.Slack,
-	}
+	in.keys, in.shards = cfg.Keys, int(cfg.Shards)
+	in.renew, in.slack, in.stream, in.final = cfg.TTL/3, cfg.Slack, r.stream, final
+	in.process = cfg.Process
+	// A killed owner's lease lapses within a TTL of its last renewal; a claim round comes
+	// every TTL/3. One more round covers a round that just missed the expiry.
+	in.maxTakeover = cfg.TTL + 2*cfg.TTL/3 + cfg.Slack
 	for _, p := range procs {
 		in.logs = append(in.logs, incarnation{owner: p.owner, path: p.log, killed: p.killed})
 	}
@@ -415,9 +442,37 @@ func (r *run) chaos(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep.Warmups = warmups
+	rep.Warmups = in.warmups
 	rep.Violations = append(violations, rep.Violations...)
 	return rep, nil
+}
+
+// awaitExit waits for a process sent SIGTERM to exit, and says what went wrong if it exited
+// with an error or not in time.
+func (r *run) awaitExit(p *proc) error {
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return fmt.Errorf("%s exited with %v after SIGTERM: %s", p.owner, p.err, tail(filepath.Join(r.dir, p.owner+".stderr")))
+		}
+		return nil
+	case <-time.After(exitBound):
+		return fmt.Errorf("%s did not exit within %v of SIGTERM", p.owner, exitBound)
+	}
+}
+
+// exitBound is how long a consumer may take to exit after SIGTERM: its Close has 15s.
+const exitBound = 30 * time.Second
+
+// logPaths returns the log of every incarnation started so far.
+func (r *run) logPaths() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	paths := make([]string, len(r.procs))
+	for i, p := range r.procs {
+		paths[i] = p.log
+	}
+	return paths
 }
 
 type killEvent struct {
@@ -533,15 +588,22 @@ func (r *run) shardKeys(ctx context.Context) (map[string]string, error) {
 const warmPrefix = "warm-"
 
 // publish writes the measured records: record i has key i mod Keys and carries that key's
-// counter i div Keys, in calls of 500 paced at Rate records per second.
-func (r *run) publish(ctx context.Context, pub *kinesub.Publisher, start time.Time) error {
-	const chunk = 500
+// counter i div Keys, paced at Rate records per second in a call every 50ms (of at most 500
+// records), so that every shard keeps receiving records. It stops after Records, or at once
+// when stop closes, and returns how many it published.
+func (r *run) publish(ctx context.Context, pub *kinesub.Publisher, start time.Time, stop <-chan struct{}) (int, error) {
 	cfg := r.cfg
+	chunk := min(max(cfg.Rate/20, 1), 500)
 	recs := make([]kinesub.Record, 0, chunk)
 	for i := 0; i < cfg.Records; i += chunk {
 		due := start.Add(time.Duration(float64(i) / float64(cfg.Rate) * float64(time.Second)))
 		if err := sleepUntil(ctx, due); err != nil {
-			return err
+			return i, err
+		}
+		select {
+		case <-stop:
+			return i, nil
+		default:
 		}
 		recs = recs[:0]
 		for j := i; j < min(i+chunk, cfg.Records); j++ {
@@ -552,10 +614,10 @@ func (r *run) publish(ctx context.Context, pub *kinesub.Publisher, start time.Ti
 		err := pub.PublishBatch(cctx, recs)
 		cancel()
 		if err != nil {
-			return err
+			return i, err
 		}
 	}
-	return nil
+	return cfg.Records, nil
 }
 
 func recordKey(i int) string { return fmt.Sprintf("k%05d", i) }
@@ -585,16 +647,30 @@ func tail(path string) string {
 	return strings.Join(lines[max(0, len(lines)-10):], "\n")
 }
 
-// tailer follows the consumers' logs and counts the distinct measured records delivered.
+// tailer follows the consumers' logs, counts the distinct measured records delivered, and
+// keeps when each shard last delivered a record.
 type tailer struct {
 	keys   int
 	seen   []bool
 	n      int
 	offset map[string]int64
+	last   map[string]time.Time // shard → its latest delivery, of any record
 }
 
 func newTailer(records, keys int) *tailer {
-	return &tailer{keys: keys, seen: make([]bool, records), offset: map[string]int64{}}
+	return &tailer{keys: keys, seen: make([]bool, records), offset: map[string]int64{}, last: map[string]time.Time{}}
+}
+
+// idleSince returns the shards among shards that have delivered nothing since t, as of the
+// last poll.
+func (t *tailer) idleSince(since time.Time, shards []string) []string {
+	var idle []string
+	for _, s := range shards {
+		if !t.last[s].After(since) {
+			idle = append(idle, s)
+		}
+	}
+	return idle
 }
 
 func (t *tailer) poll(paths []string) int {
@@ -614,6 +690,9 @@ func (t *tailer) poll(paths []string) int {
 				l, perr := chaoslog.Parse(strings.TrimSuffix(line, "\n"))
 				if perr != nil || l.Kind != chaoslog.Delivery {
 					continue
+				}
+				if l.Time.After(t.last[l.Shard]) {
+					t.last[l.Shard] = l.Time
 				}
 				if id, ok := recordID(l.Key, l.Payload, t.keys, len(t.seen)); ok && !t.seen[id] {
 					t.seen[id] = true

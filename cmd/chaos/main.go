@@ -19,13 +19,25 @@
 // on without a gap is replaced by Process's promise: per partition key, no record is handled
 // (first logged) before the one before it was first handled.
 //
-// It prints the lost and duplicated counts and the takeover times, and exits 1 on a violation.
+// With -deploy it kills nothing: under a producer publishing steadily, it runs rolling deploys
+// (-deploys of them, three by default), each restarting every consumer once, one at a time, as
+// an orchestrator does: SIGTERM, whose handler calls Close and exits; a new process started as
+// soon as the old one exited; the next restart once every shard is held evenly and read again.
+// The same checks apply (a record delivered again after a clean release is a violation), and it
+// measures, per shard and deploy, the longest gap from the last record one owner read to the
+// first the next owner read (p50, p99, max), and counts records acknowledged before a handoff
+// and delivered again. Its defaults are the library's lease TTL (10s) and checkpoint interval
+// (5s), as a service deploys with; -ttl and -checkpoint override them.
+//
+// It prints the lost and duplicated counts and the takeover times (or the deploy figures), and
+// exits 1 on a violation; -json prints the report as JSON instead.
 // It runs only against local emulators (`make chaos` starts them) and refuses any endpoint
 // not on loopback.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -57,9 +69,35 @@ func main() {
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for logs (default: a new temporary one)")
 	flag.BoolVar(&cfg.Race, "race", false, "build the consumer with the race detector")
 	flag.BoolVar(&cfg.Process, "process", false, "consumers handle records with Subscriber.Process, many at once")
+	deploy := flag.Bool("deploy", false, "rolling deploys under a steady producer instead of kill -9s (its defaults: -records 1000000 as a cap, -rate 500, -ttl 10s, -checkpoint 5s, -kills 0)")
+	deploys := flag.Int("deploys", DefaultDeployConfig().Deploys, "rolling deploys with -deploy, each restarting every consumer once")
+	flag.DurationVar(&cfg.StartDelay, "start-delay", 0, "with -deploy, time from a consumer's exit until its replacement starts")
+	asJSON := flag.Bool("json", false, "print the report as JSON")
 	verbose := flag.Bool("v", true, "print progress")
 	flag.Parse()
 	cfg.Shards = int32(shards)
+	if *deploy {
+		cfg.Deploys = *deploys
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		d := DefaultDeployConfig()
+		// The deploy defaults, where no flag says otherwise.
+		if !set["records"] {
+			cfg.Records = d.Records
+		}
+		if !set["rate"] {
+			cfg.Rate = d.Rate
+		}
+		if !set["kills"] {
+			cfg.Kills = d.Kills
+		}
+		if !set["ttl"] {
+			cfg.TTL = d.TTL
+		}
+		if !set["checkpoint"] {
+			cfg.Checkpoint = d.Checkpoint
+		}
+	}
 	if *verbose {
 		cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 	}
@@ -79,7 +117,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(2)
 	}
-	fmt.Print(rep)
+	if *asJSON {
+		err = json.NewEncoder(os.Stdout).Encode(rep)
+	} else {
+		_, err = fmt.Print(rep)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		os.Exit(2)
+	}
 	if len(rep.Violations) > 0 {
 		os.Exit(1)
 	}
@@ -88,8 +134,10 @@ func main() {
 // check rejects a configuration the run cannot carry out.
 func (c Config) check() error {
 	switch {
-	case c.Records < 1 || c.Keys < 1 || c.Keys > 99999 || c.Shards < 1 || c.Consumers < 1 || c.Kills < 0 || c.Rate < 1:
-		return fmt.Errorf("records, keys (up to 99999), shards, consumers and rate must be positive, kills not negative")
+	case c.Records < 1 || c.Keys < 1 || c.Keys > 99999 || c.Shards < 1 || c.Consumers < 1 || c.Kills < 0 || c.Rate < 1 || c.Deploys < 0:
+		return fmt.Errorf("records, keys (up to 99999), shards, consumers and rate must be positive, kills and deploys not negative")
+	case c.Deploys > 0 && c.Kills > 0:
+		return fmt.Errorf("a run either kills (-kills) or deploys (-deploy), not both")
 	case c.TTL <= 0 || c.Checkpoint < 0 || c.Timeout <= 0:
 		return fmt.Errorf("ttl and timeout must be positive, checkpoint not negative")
 	}

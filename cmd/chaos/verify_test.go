@@ -62,6 +62,7 @@ type scenario struct {
 	a, b    *fakeLog
 	final   []lease.Lease
 	kills   []killEvent
+	deploys []deployWindow
 	process bool // the consumers ran Subscriber.Process
 }
 
@@ -93,7 +94,7 @@ func (sc *scenario) verify(t *testing.T) *Report {
 	in := verifyInput{
 		records: testRecords, keys: testKeys, shards: 1, stream: testStream,
 		renew: 100 * time.Millisecond, slack: 100 * time.Millisecond, maxTakeover: 2 * time.Second,
-		final: sc.final, kills: sc.kills, process: sc.process,
+		final: sc.final, kills: sc.kills, deploys: sc.deploys, process: sc.process,
 	}
 	for _, f := range []*fakeLog{sc.a, sc.b} {
 		path := filepath.Join(dir, f.owner+".log")
@@ -228,4 +229,130 @@ func TestVerifyProcessKeyOrder(t *testing.T) {
 		deliver(10, shard0, "12", 2).deliver(20, shard0, "10", 0).deliver(25, shard0, "11", 1).
 		checkpoint(30, shard0, "10")
 	assert.Contains(t, strings.Join(sc.verify(t).Violations, "\n"), "key k00000: record 1 first handled at")
+}
+
+func (f *fakeLog) ack(ms int, shard, seq string) *fakeLog {
+	f.lines = append(f.lines, fmt.Sprintf("A\t%d\t%s\t%s\t%s", at(ms).UnixNano(), f.owner, shard, seq))
+	return f
+}
+
+// deployScenario is one shard read by a, which acks and checkpoints record 10, acks 11, gets
+// SIGTERM at 500ms and releases the shard after writing 11 as its final checkpoint; b takes it
+// at that checkpoint and reads 12 and 13. One deploy window covers the handoff.
+func deployScenario() *scenario {
+	a := &fakeLog{owner: "a"}
+	a.take(0, shard0, "").
+		deliver(10, shard0, "10", 0).ack(11, shard0, "10").
+		checkpoint(30, shard0, "10").
+		deliver(40, shard0, "11", 1).ack(41, shard0, "11").
+		event(500, "closing", nil).
+		checkpoint(520, shard0, "11").
+		event(530, "lease released", map[string]string{"shard_id": shard0})
+	b := &fakeLog{owner: "b"}
+	b.take(800, shard0, "11").
+		deliver(900, shard0, "12", 2).deliver(910, shard0, "13", 3).
+		checkpoint(950, shard0, "13").
+		event(3000, "lease released", map[string]string{"shard_id": shard0})
+	return &scenario{
+		a: a, b: b,
+		final: []lease.Lease{{Key: testStream + "/" + shard0, Checkpoint: lease.Checkpoint{Sequence: "13"}}},
+		deploys: []deployWindow{{from: at(450), to: at(1000), restarts: []restartEvent{{
+			old: "a", new: "c", term: at(490), exited: at(560), started: at(560), ready: at(1000),
+		}}}},
+	}
+}
+
+func TestVerifyDeployFigures(t *testing.T) {
+	rep := deployScenario().verify(t)
+	assert.Empty(t, rep.Violations)
+	require.NotNil(t, rep.Deploy)
+	d := rep.Deploy
+	assert.Equal(t, []time.Duration{860 * time.Millisecond}, d.Gaps, "from a's last read (40ms) to b's first (900ms)")
+	assert.Equal(t, 1, d.Handoffs)
+	assert.Zero(t, d.Unmoved)
+	assert.Equal(t, []time.Duration{70 * time.Millisecond}, d.Stops)
+	assert.Equal(t, []time.Duration{440 * time.Millisecond}, d.Readies)
+	assert.Zero(t, d.AckedRedelivered)
+	assert.Zero(t, d.UnackedRedelivered)
+	assert.Contains(t, rep.String(), "deploy gap:  p50 860ms, p99 860ms, max 860ms over 1 shard-deploys")
+}
+
+// A record acked before the handoff and delivered again is counted (and is a violation after a
+// clean release), apart by whether its checkpoint was written before the owner began to stop.
+func TestVerifyDeployRedelivered(t *testing.T) {
+	tests := []struct {
+		name                         string
+		resumeAt                     string // b's checkpoint at take
+		acked, checkpointed, unacked int
+		unackedLast                  bool // a never acked 11
+	}{
+		{name: "behind a checkpoint written before Close", resumeAt: "", acked: 2, checkpointed: 1},
+		{name: "behind Close's final checkpoint", resumeAt: "10", acked: 1, checkpointed: 0},
+		{name: "never acked", resumeAt: "10", unacked: 1, unackedLast: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sc := deployScenario()
+			if tt.unackedLast {
+				var kept []string
+				for _, l := range sc.a.lines {
+					if !strings.HasPrefix(l, "A\t") || !strings.HasSuffix(l, "\t11") {
+						kept = append(kept, l)
+					}
+				}
+				sc.a.lines = kept
+			}
+			b := &fakeLog{owner: "b"}
+			b.take(800, shard0, tt.resumeAt)
+			if tt.resumeAt == "" {
+				b.deliver(900, shard0, "10", 0)
+			}
+			b.deliver(905, shard0, "11", 1).deliver(910, shard0, "12", 2).deliver(915, shard0, "13", 3).
+				checkpoint(950, shard0, "13").
+				event(3000, "lease released", map[string]string{"shard_id": shard0})
+			sc.b = b
+			rep := sc.verify(t)
+			d := rep.Deploy
+			assert.Equal(t, tt.acked, d.AckedRedelivered, "acked")
+			assert.Equal(t, tt.checkpointed, d.AckedCheckpointed, "checkpointed before Close")
+			assert.Equal(t, tt.unacked, d.UnackedRedelivered, "unacked")
+			assert.Contains(t, strings.Join(rep.Violations, "\n"), "though a's tenure ended \"released\"")
+		})
+	}
+}
+
+// With Process, a release checkpoints at the first record not handled, so records handled past
+// it are replayed by the next reader: no violation then, but one for a record at or before the
+// checkpoint the next reader resumed from.
+func TestVerifyProcessReplayAfterRelease(t *testing.T) {
+	released := func(resumeAt string) *scenario {
+		sc := baseScenario()
+		sc.process, sc.kills = true, nil
+		// a handles 10 and 12 but has not started 11 when it hands the shard back.
+		sc.a = &fakeLog{owner: "a"}
+		sc.a.take(0, shard0, "").
+			deliver(10, shard0, "10", 0).deliver(20, shard0, "12", 2).
+			checkpoint(30, shard0, "10").
+			event(40, "lease released", map[string]string{"shard_id": shard0})
+		sc.b = &fakeLog{owner: "b"}
+		sc.b.take(100, shard0, resumeAt).
+			deliver(110, shard0, "11", 1).deliver(120, shard0, "12", 2).deliver(130, shard0, "13", 3).
+			checkpoint(140, shard0, "13").
+			event(3000, "lease released", map[string]string{"shard_id": shard0})
+		return sc
+	}
+	rep := released("10").verify(t)
+	assert.Empty(t, rep.Violations)
+	assert.Equal(t, 1, rep.DupAfterRelease)
+
+	sc := released("10")
+	sc.b.lines = nil
+	sc.b.take(100, shard0, "12").
+		deliver(110, shard0, "11", 1).deliver(120, shard0, "12", 2).deliver(130, shard0, "13", 3).
+		event(3000, "lease released", map[string]string{"shard_id": shard0})
+	assert.Contains(t, strings.Join(sc.verify(t).Violations, "\n"), "12 delivered by a again by b")
+
+	sc = released("10")
+	sc.process = false
+	assert.Contains(t, strings.Join(sc.verify(t).Violations, "\n"), "12 delivered by a again by b", "a Messages consumer's release covers what it handled")
 }

@@ -3,12 +3,14 @@
 // every lease event and every checkpoint to its log file (see package chaoslog).
 //
 // A record is acknowledged only after its log line was handed to the operating system, so a
-// record whose checkpoint was written is always in some log, even after kill -9. SIGTERM (or
-// SIGINT) closes the subscription, which writes the final checkpoints and releases the leases.
+// record whose checkpoint was written is always in some log, even after kill -9; each ack is
+// logged too, once Ack returned (those lines may be cut by kill -9). SIGTERM (or SIGINT) closes
+// the subscription, as an orchestrator's stop does: Close settles what was handed out, writes
+// the final checkpoints and releases the leases, and the process exits.
 //
 // With -process it handles records with Subscriber.Process instead of a Messages loop: 64
 // handlers at once, each logging its record as it starts, taking up to 2ms (a stand-in for a
-// service's I/O), flushing the log and returning nil, which acks the record.
+// service's I/O), flushing the log, logging the ack and returning nil, which acks the record.
 package main
 
 import (
@@ -141,6 +143,7 @@ func run(log *chaoslog.Writer, stream, table string, process bool, opts ...kines
 			if err := m.Ack(ctx); err != nil {
 				return err
 			}
+			log.Ack(m.ShardID(), m.SequenceNumber())
 		}
 		pending = pending[:0]
 		return nil
@@ -189,7 +192,11 @@ func processRecords(log *chaoslog.Writer, sub *kinesub.Subscriber, closed <-chan
 		case <-t.C:
 		case <-ctx.Done():
 		}
-		return log.Flush()
+		if err := log.Flush(); err != nil {
+			return err
+		}
+		log.Ack(m.ShardID(), m.SequenceNumber()) // returning nil acks it
+		return nil
 	}, kinesub.WithConcurrency(64))
 	if err != nil {
 		return err // the subscription failed on its own

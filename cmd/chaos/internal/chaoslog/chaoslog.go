@@ -1,8 +1,9 @@
 // Package chaoslog is the line format that chaos consumers write and the chaos driver reads:
-// one line per delivered record and one per lease event, each stamped with the wall clock in
-// nanoseconds and the writer's owner name, tab-separated.
+// one line per delivered record, one per acknowledged record and one per lease event, each
+// stamped with the wall clock in nanoseconds and the writer's owner name, tab-separated.
 //
 //	D <unix ns> <owner> <shard> <sequence> <partition key> <quoted payload>
+//	A <unix ns> <owner> <shard> <sequence>
 //	E <unix ns> <owner> <message> <JSON object of string attributes>
 package chaoslog
 
@@ -21,6 +22,7 @@ import (
 // Line kinds.
 const (
 	Delivery = 'D'
+	Ack      = 'A'
 	Event    = 'E'
 )
 
@@ -47,6 +49,15 @@ func (w *Writer) Delivery(shard, seq, key string, payload []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	fmt.Fprintf(w.b, "D\t%d\t%s\t%s\t%s\t%s\t%s\n", time.Now().UnixNano(), w.owner, shard, seq, key, strconv.Quote(string(payload)))
+}
+
+// Ack buffers the line of a record whose Ack returned nil. Like deliveries, it reaches the
+// file at the next Flush or Event: a process killed before then may have acknowledged records
+// its log does not show.
+func (w *Writer) Ack(shard, seq string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fmt.Fprintf(w.b, "A\t%d\t%s\t%s\t%s\n", time.Now().UnixNano(), w.owner, shard, seq)
 }
 
 // Event writes an event line, and every buffered line before it, to the file.
@@ -82,7 +93,7 @@ type Line struct {
 	Time  time.Time
 	Owner string
 
-	// Delivery lines.
+	// Delivery lines; Ack lines have Shard and Seq.
 	Shard, Seq, Key, Payload string
 
 	// Event lines.
@@ -110,6 +121,11 @@ func Parse(s string) (Line, error) {
 		if l.Payload, err = strconv.Unquote(f[6]); err != nil {
 			return Line{}, fmt.Errorf("chaoslog: bad payload in %q", s)
 		}
+	case Ack:
+		if len(f) != 5 {
+			return Line{}, fmt.Errorf("chaoslog: malformed ack %q", s)
+		}
+		l.Shard, l.Seq = f[3], f[4]
 	case Event:
 		if len(f) != 5 {
 			return Line{}, fmt.Errorf("chaoslog: malformed event %q", s)
