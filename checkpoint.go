@@ -123,13 +123,17 @@ func (w *worker) retire(ctx context.Context, handedBack bool) error {
 	case !ok:
 		w.lose("release fenced")
 	default:
+		env.changed(ctx)
+		// Not moved when a round saw the lease taken after the release landed: it was
+		// reported lost then.
+		if !w.moveTo(stateReleased, "released") {
+			break
+		}
 		w.stats.transition(transReleasedOr(handedBack))
-		w.moveTo(stateReleased, "released")
 		w.log.Info("lease released")
 		if handedBack {
 			w.log.Info("lease handed back for balance")
 		}
-		env.changed(ctx)
 	}
 	return err
 }

@@ -80,7 +80,7 @@ func (c *coordinator) checkHeld(v *view, sent time.Time) {
 	ws, _ := s.table.held()
 	var lost []*worker
 	for _, w := range ws {
-		if l := v.leases[w.id]; l.Tenure() != w.tenure {
+		if l := v.leases[w.id]; l.Tenure() != w.tenure && !releasedFrom(l, w.tenure) {
 			lost = append(lost, w)
 		}
 	}
@@ -88,6 +88,14 @@ func (c *coordinator) checkHeld(v *view, sent time.Time) {
 		s.env.invalidate(lost, &ending{cause: causeLoss, why: "taken over by another owner"})
 	}
 	s.tenure.read(sent, v.change)
+}
+
+// releasedFrom reports whether l shows the release of holding t: no owner, and the one counter
+// step a Release adds. Only t's holder can write it, so a shard whose retire (checkpoint.go)
+// released its lease while a round was listing is not lost: its life still says so when the
+// release's answer arrives.
+func releasedFrom(l lease.Lease, t lease.Tenure) bool {
+	return l.Owner == "" && l.Counter == t.Counter+1
 }
 
 // reap deletes the heartbeat rows of other owners that expired: such an owner stopped reading

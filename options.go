@@ -151,9 +151,11 @@ func WithLeaseStore(s lease.Store) Option {
 	}
 }
 
-// WithOwner sets the name this subscriber writes into the leases it holds. The default is
-// "<hostname>-<pid>-<random>". Two live subscribers must never share a name. The name must be
-// 1 to 256 characters (Unicode code points) of valid UTF-8.
+// WithOwner sets the name this subscriber writes into the leases it holds, followed by "#" and
+// eight hex digits drawn at Subscribe (so the leases say "name#1f2e3d4c"): every Subscribe is
+// an owner of its own, and a restarted instance never mistakes its predecessor's leases for its
+// own. The default name is "<hostname>-<pid>-<random>". The name must be 1 to 256 characters
+// (Unicode code points) of valid UTF-8.
 func WithOwner(owner string) Option {
 	return func(c *config) {
 		if n := utf8.RuneCountInString(owner); n < 1 || n > 256 || !utf8.ValidString(owner) {
@@ -180,14 +182,18 @@ func WithShardSyncInterval(d time.Duration) Option {
 	return func(c *config) { c.shardSyncInterval = d }
 }
 
-// WithLeaseTTL sets how long a lease lives unless renewed, overriding the default 10s. Leases
-// are renewed every TTL/3 on their own schedule, whatever the consumer does. A reader whose
-// lease was not renewed within 2/3 TTL of the last successful renewal stops, however the lease
-// store fails (errors or hangs), so it has stopped before the lease can expire; a subscriber
-// that steals a lease for balance waits 3/4 TTL before reading it, so the two never read a shard
-// at once. Clock offsets between hosts do not matter to either rule; a host whose clock runs
-// more than TTL/3 ahead of the lease holder's may take an unrenewed lease as expired early. A
-// subscriber that dies holds its shards until their leases expire. Range 10ms to 1h.
+// WithLeaseTTL sets how long this subscriber's hold on its shards lives unless renewed,
+// overriding the default 10s. The hold is one heartbeat row, "<stream>/~owner/<owner>",
+// renewed every TTL/3 on its own schedule, whatever the consumer does; the shard leases are
+// bound to it and have no expiry of their own, so an instance writes to renew once per TTL/3
+// however many shards it holds. Its readers stop 2/3 TTL after the last renewal that
+// succeeded, however the lease store fails (errors or hangs), so they have stopped before a
+// peer can take the row as expired; a subscriber that steals a lease for balance waits 3/4 TTL
+// before reading it, so the two never read a shard at once. Clock offsets between hosts do not
+// matter to either rule; a host whose clock runs more than TTL/3 ahead of the holder's may take
+// an unrenewed row as expired early. A subscriber that dies holds its shards until its row
+// expires, then a peer deletes the row and takes them all at once (docs/leases.md). Every
+// instance sharing a lease table should use one TTL. Range 10ms to 1h.
 func WithLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL = d } }
 
 // WithCreateIfMissing makes Subscribe create the stream with the given number of shards

@@ -192,11 +192,12 @@ func (r *run) evenSplit(ctx context.Context) (shards []string, why string, err e
 			continue
 		}
 		shards = append(shards, id)
-		if _, live := per[l.Owner]; !live || !l.Held(now) {
+		owner := ownerName(l.Owner)
+		if _, live := per[owner]; !live || !l.Held(now) {
 			unheld = append(unheld, id)
 			continue
 		}
-		per[l.Owner]++
+		per[owner]++
 	}
 	if len(shards) != int(r.cfg.Shards) {
 		return nil, fmt.Sprintf("%d of %d shard leases in the table", len(shards), r.cfg.Shards), nil

@@ -498,11 +498,20 @@ func (r *run) deadHolders(ctx context.Context) (int, error) {
 	r.mu.Unlock()
 	n := 0
 	for _, l := range ls {
-		if _, shard := shardOf(l.Key, r.stream); shard && dead[l.Owner] {
+		if _, shard := shardOf(l.Key, r.stream); shard && dead[ownerName(l.Owner)] {
 			n++
 		}
 	}
 	return n, nil
+}
+
+// ownerName returns the -owner name of the consumer that wrote owner into a lease: kinesub
+// appends "#" and an incarnation to the name it is given.
+func ownerName(owner string) string {
+	if i := strings.LastIndexByte(owner, '#'); i >= 0 {
+		return owner[:i]
+	}
+	return owner
 }
 
 // warmUp makes sure every shard has a checkpoint before the measured records are published.
