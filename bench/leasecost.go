@@ -108,22 +108,15 @@ func (c *ddbCount) option(o *dynamodb.Options) {
 	})
 }
 
-// hidePrefix hides the store's ListPrefix (and ReadWeak): a subscriber then lists the whole
-// table every claim tick, as every subscriber did before the change row.
+// hidePrefix hides the store's ListPrefix: a subscriber then lists the whole table every claim
+// tick, as every subscriber did before the change row.
 type hidePrefix struct{ lease.Store }
-
-// hideWeak hides the store's ReadWeak: the change row is read strongly consistent, as it was
-// before lease.WeakReader.
-type hideWeak struct {
-	lease.Store
-	lease.PrefixLister
-}
 
 // Designs the lease-cost passes compare, in the order they are printed.
 const (
 	everyTick = iota // the whole table listed every claim tick
-	scanned          // the change row read strongly each second; the stream listed by a filtered Scan
-	indexed          // the change row read weakly; the stream listed through the index when cheaper
+	scanned          // the change row read each second; the stream listed by a filtered Scan
+	indexed          // the change row read each second; the stream listed through the index when cheaper
 	designs
 )
 
@@ -132,9 +125,9 @@ var designNames = [designs]string{"every tick", "change row+scan", "change row+i
 // leaseCostFigures runs instances subscribers on one stream of shards, with other streams' rows
 // in the same table, and counts each one's DynamoDB calls at steady state, for each design:
 // reading the whole table every claim tick (a store without ListPrefix); the change row read
-// strongly each second and the stream listed by a filtered Scan (a table without the index,
-// as before it); the change row read weakly and the stream listed through the index when that
-// costs fewer read units than a Scan.
+// each second and the stream listed by a filtered Scan (a table without the index, as before
+// it); the change row read each second and the stream listed through the index when that costs
+// fewer read units than a Scan.
 func leaseCostFigures() error {
 	fmt.Println("== Lease table: DynamoDB reads per instance per minute at steady state (dynalite) ==")
 	ctx := context.Background()
@@ -233,8 +226,6 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 		switch design {
 		case everyTick:
 			store = hidePrefix{ds}
-		case scanned:
-			store = hideWeak{ds, ds}
 		}
 		s, err := kinesub.Subscribe(ctx, kc, stream, kinesub.WithLeaseStore(store), kinesub.WithOwner(fmt.Sprintf("i%d", i)),
 			kinesub.WithLeaseTTL(*leaseTTL), kinesub.WithPollInterval(*leasePoll))
