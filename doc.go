@@ -46,12 +46,15 @@
 // that row moved (a peer released, stole or joined) or at the balance interval, and takes the
 // leases of readable shards up to its fair share. Each shard it holds gets a reader, which
 // polls GetRecords (at once after a non-empty batch, after the poll interval when idle, within
-// the service's 5 calls and 2 MB per second per shard), and a keeper, which renews the lease
-// every TTL/3 and writes the checkpoint every checkpoint interval, whatever the consumer does.
+// the service's 5 calls and 2 MB per second per shard), and a checkpoint flusher, which writes
+// the checkpoint every checkpoint interval when it moved, whatever the consumer does. The
+// subscriber renews one heartbeat row every TTL/3 for all its shards, whose leases are bound to
+// it (see Several instances).
 //
 // Close stops the readers, lets the messages already handed out settle until its context
 // ends, writes every checkpoint, releases every lease (so a peer takes the shards within about
-// a second; a lease stolen and not yet read is left to expire), and closes Messages, so that
+// a second; a lease stolen and not yet read is left to the heartbeat row, deleted then too),
+// and closes Messages, so that
 // ranging over Messages always ends. Cancelling Subscribe's context does the same with a
 // two-second drain. A fatal error (the stream was
 // deleted) ends the subscription too; Err then says why. Everything else — a failed read, a
@@ -75,9 +78,11 @@
 // # Partial failures
 //
 // Every call to Kinesis and to the lease store runs under WithRequestTimeout and the caller's
-// context. A reader whose lease could not be renewed stops before the lease can expire, and a
-// subscriber that steals a lease waits until its previous owner has stopped (WithLeaseTTL), so
-// no two subscribers read one shard at once. Close returns by its context's deadline and lists
+// context. Readers whose subscriber could not renew its heartbeat row (or confirm its leases)
+// stop before a peer can take the row as expired, and a subscriber that steals a lease waits
+// until its previous owner has stopped (WithLeaseTTL), so no two subscribers read one shard at
+// once. Every checkpoint and release is conditional on the holding it was written for (the
+// owner and the lease's counter), so a write in flight across a loss never lands. Close returns by its context's deadline and lists
 // what it could not write. A Seek that fails leaves each shard where it was or fully moved
 // (ErrSeekPending).
 //
@@ -92,23 +97,26 @@
 // # Several instances
 //
 // Subscribers that share a lease table share the stream's shards. Each one keeps a heartbeat
-// row in the table ("<stream>/~owner/<owner>", a lease renewed every TTL/3 and deleted at
-// Close): an owner is live while its heartbeat row is unexpired, or while it holds an
-// unexpired lease of a readable shard. With n readable shards (not finished, parents read to
+// row in the table ("<stream>/~owner/<owner>", renewed every TTL/3 and deleted at Close), and
+// its shard leases are bound to that row, with no expiry of their own: an idle shard costs no
+// write. An owner is live while its heartbeat row is unexpired; a peer that finds the row
+// expired deletes it and takes the owner's shards at once. With n readable shards (not finished, parents read to
 // their ends) and k live owners, each holds n/k rounded down or up. Each subscriber takes free
-// and expired leases up to n/k rounded up and hands back cleanly what it holds beyond that, at
+// leases, and those of owners whose row is gone, up to n/k rounded up and hands back cleanly what it holds beyond that, at
 // once when an owner joins and every balance round otherwise, so a new or restarted instance
 // gets its share without stealing. It steals one lease a balance round from the most loaded
 // other owner for what handing back cannot fix: while it holds fewer than n/k rounded down
 // and that owner more, or, when the shards do not divide evenly, while it holds exactly that
 // and the owner two or more above it; never from an owner above n/k rounded up whose heartbeat
 // is live, which hands back its excess itself. A lease it stole is not handed back before it
-// is read. A subscriber whose lease was taken over learns it on its next renewal and stops
-// reading that shard only. Shards reports what this instance sees of each shard.
+// is read. A subscriber whose lease was taken over learns it at its next reading of the leases
+// (within a second of the thief moving the change row) and stops reading that shard only.
+// Subscribers of versions before 0.1.0, which renewed each lease, cannot share a table with
+// this one: Subscribe refuses with ErrIncompatibleLeaseTable. Shards reports what this instance sees of each shard.
 //
 // Rows nobody needs are deleted: the leases of shards read to their end and trimmed from the
 // stream by the service (after the retention period), and the heartbeat rows of owners that
-// crashed, ten lease TTLs after they expired.
+// crashed, once found expired.
 //
 // # Enhanced fan-out
 //
