@@ -579,8 +579,8 @@ func (g *group) uneven(ctx context.Context, admin *lease.DynamoDB, shards int) (
 		if id := strings.TrimPrefix(l.Key, g.stream+"/"); strings.Contains(id, "/") || !l.Held(now) {
 			continue
 		}
-		if _, ok := per[l.Owner]; ok {
-			per[l.Owner]++
+		if _, ok := per[ownerName(l.Owner)]; ok {
+			per[ownerName(l.Owner)]++
 			held++
 		}
 	}
@@ -596,6 +596,15 @@ func (g *group) uneven(ctx context.Context, admin *lease.DynamoDB, shards int) (
 	return "", nil
 }
 
+// ownerName returns the WithOwner name of the subscriber that wrote owner into a lease: kinesub
+// appends "#" and an incarnation to it.
+func ownerName(owner string) string {
+	if i := strings.LastIndexByte(owner, '#'); i >= 0 {
+		return owner[:i]
+	}
+	return owner
+}
+
 // heldBy returns the shards whose lease owner holds.
 func heldBy(ctx context.Context, admin *lease.DynamoDB, stream, owner string) ([]string, error) {
 	ls, err := admin.ListPrefix(ctx, stream+"/")
@@ -605,7 +614,7 @@ func heldBy(ctx context.Context, admin *lease.DynamoDB, stream, owner string) ([
 	var ids []string
 	now := time.Now()
 	for _, l := range ls {
-		if id := strings.TrimPrefix(l.Key, stream+"/"); !strings.Contains(id, "/") && l.Owner == owner && l.Held(now) {
+		if id := strings.TrimPrefix(l.Key, stream+"/"); !strings.Contains(id, "/") && ownerName(l.Owner) == owner && l.Held(now) {
 			ids = append(ids, id)
 		}
 	}
