@@ -120,7 +120,7 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 			continue
 		}
 		n++
-		if atomic.LoadInt64(&m.handed) != 0 {
+		if h := m.handedAt(); h != nil && atomic.LoadInt64(h) != 0 {
 			w.stats.settled(ctx, m, false) // sampled for the settle-time histogram
 		} else {
 			untimed++
