@@ -383,5 +383,6 @@ func testPage(w *worker, gen uint64, payloads ...string) *fetched {
 		m.off = uint32(i)
 		m.setData([]byte(p))
 	}
+	f.seal(len(payloads), false)
 	return f
 }

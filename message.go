@@ -17,6 +17,13 @@ import (
 // a Message kept alive keeps its record, a block or two and the chunk of Messages it was
 // built in (msgChunk of them), never its page.
 //
+// A Message is not written once built: whether it was settled is a bit of its page's
+// (shardPage.settled). A record is fetched by the shard's reader and settled by the consumer,
+// often on another core, and with Process read by the goroutine that queues it and settled by
+// a worker: a write to the Message would take its cache line from every core that read it, for
+// each record, where a page's bits are written by one consumer at a time (under the shard's
+// lock when in runs), a cache line for 512 records.
+//
 // It is 64 bytes, a cache line: a reader builds one per record, tens of thousands a second,
 // and the memory written, collected and read back per record is most of what delivery costs.
 // So its payload, key and sequence number are kept as a pointer and a length each (the
@@ -29,13 +36,13 @@ type Message struct {
 	key     *byte      // the partition key (a KPL user record's own): klen bytes; nil when empty
 	seq     *byte      // the sequence number (a KPL user record's aggregate's): slen bytes
 	x       *msgExtra  // what few records carry; nil for most
-	arrival int64      // ApproximateArrivalTimestamp, in Unix ns; 0 when absent
 	dlen    uint32
 	off     uint32 // its delivery's offset in the page: its watermark index is pg.first+off
-	settled uint32 // set once, atomically, by Ack or Nack (a plain word so Messages can be built by value)
 	klen    uint16
 	slen    uint8
-	flags   uint8 // msgEmptyData
+	flags   uint8  // msgEmptyData
+	zero    uint32 // whether a Message with no page (the zero Message) was settled
+	arrival int64  // ApproximateArrivalTimestamp, in Unix ns; 0 when absent
 }
 
 // msgEmptyData: the payload is empty but not nil (Data returns an empty slice, as the record had).
@@ -56,6 +63,9 @@ type shardPage struct {
 	gen   uint64 // the shard's generation when the page was fetched
 	first uint64 // the watermark index the page's offsets count from
 	lead  uint32 // the offset of the page's first delivery (metrics)
+	// settled has a bit per offset, set once, atomically, when its delivery is settled (Ack,
+	// Nack, or given back: see Message).
+	settled []uint32
 	// handed holds when the sampled deliveries were handed to the consumer, in Unix ns
 	// (metrics: see handedAt); nil when the shard is not metered.
 	handed []int64
@@ -100,6 +110,32 @@ func (f *fetched) add() *Message {
 	m := &f.chunks[i][k]
 	m.pg = f.pg
 	return m
+}
+
+// seal makes the page's room for what is settled and, when metered, sampled, once its
+// deliveries are added: they span offsets 0 to offsets-1.
+func (f *fetched) seal(offsets int, metered bool) {
+	f.pg.settled = make([]uint32, offsets/32+1)
+	if metered {
+		f.pg.handed = make([]int64, offsets/settleSample+1)
+	}
+}
+
+// markSettled sets m's settled bit and reports whether it was clear.
+func (m *Message) markSettled() bool {
+	if m.pg == nil {
+		return atomic.CompareAndSwapUint32(&m.zero, 0, 1)
+	}
+	bit := uint32(1) << (m.off % 32)
+	return atomic.OrUint32(&m.pg.settled[m.off/32], bit)&bit == 0
+}
+
+// isSettled reports whether m was settled.
+func (m *Message) isSettled() bool {
+	if m.pg == nil {
+		return atomic.LoadUint32(&m.zero) != 0
+	}
+	return atomic.LoadUint32(&m.pg.settled[m.off/32])&(1<<(m.off%32)) != 0
 }
 
 // at returns the page's i-th Message.
@@ -256,7 +292,7 @@ func (m *Message) settle(ctx context.Context, nack bool) error {
 	if w != nil && w.closed() {
 		return ErrClosed
 	}
-	if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
+	if !m.markSettled() {
 		return ErrAlreadySettled
 	}
 	if w == nil {

@@ -290,10 +290,6 @@ func (m *metrics) shard(id string) *shardStats {
 	return st
 }
 
-// sampleHanded makes room in pg for the handed-out times of the sampled deliveries among the
-// page's n offsets.
-func (pg *shardPage) sampleHanded(n int) { pg.handed = make([]int64, n/settleSample+1) }
-
 // handedAt returns where the time m was handed out is kept, or nil when m is not sampled or
 // its shard not metered. A page's first delivery (lead) gets the slot of its offset: no other
 // sampled delivery has it, as none comes before the lead.
@@ -318,21 +314,21 @@ func (m *metrics) consumed(msg *Message) {
 	}
 }
 
-// consumedPage counts deliveries of one shard handed out at once (Batches, Process), timing
-// the sampled ones as consumed does. page is consecutive deliveries of one page: the slots
-// between its first offset and its last are stepped to rather than looked for (a slot whose
-// offset is a record that was not delivered is never read).
-func (m *metrics) consumedPage(page []*Message) {
-	if m == nil || len(page) == 0 || page[0].pg.shard.stats == nil {
+// consumedPage counts the deliveries of page f from index from on, handed out at once
+// (Batches, Process), timing the sampled ones as consumed does. The sample's slots between
+// their first offset and their last are stepped to rather than looked for (a slot whose offset
+// is a record that was not delivered is never read).
+func (m *metrics) consumedPage(f *fetched, from int) {
+	pg := f.pg
+	if m == nil || from >= f.n || pg.shard.stats == nil {
 		return
 	}
-	page[0].pg.shard.stats.consumed.Add(int64(len(page)))
-	pg := page[0].pg
+	pg.shard.stats.consumed.Add(int64(f.n - from))
 	if pg.handed == nil || !m.settle.Enabled(context.Background()) {
 		return
 	}
 	now := time.Now().UnixNano()
-	first, last := page[0].off, page[len(page)-1].off
+	first, last := f.at(from).off, f.at(f.n-1).off
 	if first == pg.lead {
 		atomic.StoreInt64(&pg.handed[first/settleSample], now)
 	}

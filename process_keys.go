@@ -111,11 +111,11 @@ func (p *processor) sample() bool {
 // fresh pages to fault in.
 const addChunk = 256
 
-// add takes a page of deliveries (one shard, one generation) into the lanes. The order keys are
-// computed before the lock is taken: they are the caller's code.
-func (p *processor) add(page []*Message) {
+// add takes the deliveries of page f from index from on (one shard, one generation) into the
+// lanes. The order keys are computed before the lock is taken: they are the caller's code.
+func (p *processor) add(f *fetched, from int) {
 	var keys [addChunk]string
-	first := page[0]
+	first, total := f.at(from), f.n-from
 	p.mu.Lock()
 	l := p.lanes[first.ShardID()]
 	if l == nil {
@@ -130,12 +130,12 @@ func (p *processor) add(page []*Message) {
 		p.lanes[l.id] = l
 	}
 	gs := p.genOf(l, first)
-	gs.refs += len(page) // held from now: l and gs stay while the chunks go in
+	gs.refs += total // held from now: l and gs stay while the chunks go in
 	p.mu.Unlock()
-	for at := 0; at < len(page); at += addChunk {
-		jobs := make([]job, min(addChunk, len(page)-at))
+	for at := 0; at < total; at += addChunk {
+		jobs := make([]job, min(addChunk, total-at))
 		for i := range jobs {
-			jobs[i].m = page[at+i]
+			jobs[i].m = f.at(from + at + i)
 			if p.cfg.orderKey == nil {
 				keys[i] = jobs[i].m.PartitionKey()
 			} else {

@@ -375,9 +375,7 @@ func (r *reader) deliver(records []types.Record) bool {
 		return true
 	}
 	pg.lead = out.at(0).off
-	if w.stats != nil {
-		pg.sampleHanded(len(slots))
-	}
+	out.seal(len(slots), w.stats != nil)
 	select {
 	case env.hand.in <- out:
 		return true
