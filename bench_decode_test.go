@@ -69,8 +69,9 @@ func (f *decodingKinesis) GetRecords(ctx context.Context, in *kinesis.GetRecords
 	body = append(body, f.records[:n*recordJSON-1]...) // without the last comma
 	body = append(body, fmt.Sprintf(`],"NextShardIterator":"%d:%d","MillisBehindLatest":0}`, sh, off+n)...)
 	*buf = body
+	// As recordsProtocol decodes the answer to a call for in.Limit records.
 	out := new(kinesis.GetRecordsOutput)
-	if err := decodeRecords(body, out); err != nil {
+	if err := decodeRecordsHint(body, out, min(n, len(body)/minRecordJSON+1)); err != nil {
 		return nil, err
 	}
 	return out, nil
