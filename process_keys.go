@@ -350,30 +350,36 @@ func (p *processor) retryDue(j *job) {
 	p.makeReady(j)
 }
 
-// jobRing is the ready queue: first in, first out.
+// jobRing is the ready queue: first in, first out, in a circular buffer that doubles when
+// full (a queue compacted by copying its live part down costs a write barrier per job moved
+// while the collector marks).
 type jobRing struct {
-	buf  []*job
-	head int
+	buf  []*job // len(buf) is 0 or a power of two
+	head int    // buf[head] is the oldest job…
+	n    int    // …of n
 }
 
-func (r *jobRing) push(j *job) { r.buf = append(r.buf, j) }
+func (r *jobRing) push(j *job) {
+	if r.n == len(r.buf) {
+		buf := make([]*job, max(2*len(r.buf), 64))
+		for i := range r.n {
+			buf[i] = r.buf[(r.head+i)&(len(r.buf)-1)]
+		}
+		r.buf, r.head = buf, 0
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = j
+	r.n++
+}
 
-func (r *jobRing) len() int { return len(r.buf) - r.head }
+func (r *jobRing) len() int { return r.n }
 
 func (r *jobRing) pop() *job {
-	if r.head == len(r.buf) {
+	if r.n == 0 {
 		return nil
 	}
 	j := r.buf[r.head]
 	r.buf[r.head] = nil
-	r.head++
-	switch {
-	case r.head == len(r.buf):
-		r.buf, r.head = r.buf[:0], 0
-	case r.head >= 1024 && 2*r.head >= len(r.buf):
-		n := copy(r.buf, r.buf[r.head:])
-		clear(r.buf[n:])
-		r.buf, r.head = r.buf[:n], 0
-	}
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
 	return j
 }

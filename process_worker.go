@@ -87,11 +87,16 @@ func (p *processor) work() {
 				break
 			}
 			j.state = jobRunning
-			var f *failure
-			if j.failed {
-				f = p.fails[j]
+			if len(run) < cap(run) {
+				run = run[:len(run)+1] // its fields, a past run's, are all set below
+			} else {
+				run = append(run, runJob{})
 			}
-			run = append(run, runJob{job: j, ctx: p.genOfJob(j).ctx, fail: f})
+			r := &run[len(run)-1]
+			r.job, r.ctx, r.fail, r.result = j, p.genOfJob(j).ctx, nil, result{}
+			if j.failed {
+				r.fail = p.fails[j]
+			}
 		}
 		if len(run) == 0 {
 			clear(run[:cap(run)])
