@@ -51,12 +51,12 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 			return
 		}
 		s.pull(ctx, func() bool {
-			page := s.del.hand.takeAll()
-			if page == nil {
+			f, from := s.del.hand.takeRest()
+			if f == nil {
 				return true
 			}
-			s.metrics.consumedPage(page)
-			return yield(&Batch{msgs: page}, nil)
+			s.metrics.consumedPage(f, from)
+			return yield(&Batch{msgs: f.messages(from)}, nil)
 		}, func(err error) { yield(nil, err) })
 	}
 }
@@ -116,11 +116,11 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 	w.mu.Lock()
 	current := ms[0].pg.gen == w.wmGen // a batch is one page: one generation
 	for _, m := range ms {
-		if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
+		if !m.markSettled() {
 			continue
 		}
 		n++
-		if atomic.LoadInt64(&m.handed) != 0 {
+		if h := m.handedAt(); h != nil && atomic.LoadInt64(h) != 0 {
 			w.stats.settled(ctx, m, false) // sampled for the settle-time histogram
 		} else {
 			untimed++

@@ -380,7 +380,9 @@ func testPage(w *worker, gen uint64, payloads ...string) *fetched {
 	f := newFetched(&shardPage{shard: w, gen: gen}, len(payloads))
 	for i, p := range payloads {
 		m := f.add()
-		m.data, m.off = []byte(p), uint32(i)
+		m.off = uint32(i)
+		m.setData([]byte(p))
 	}
+	f.seal(len(payloads), false)
 	return f
 }

@@ -48,25 +48,30 @@ func (h *handoff) take() *Message {
 	return m
 }
 
-// takeAll returns what is left of the current page, counted as handed out, or nil when
-// nothing is left or the page is stale.
-func (h *handoff) takeAll() []*Message {
+// takeRest returns what is left of the current page, counted as handed out: the page and the
+// index of its first delivery left, or nil when nothing is left or the page is stale.
+func (h *handoff) takeRest() (*fetched, int) {
 	f, from := h.rest, h.next
 	if f == nil {
-		return nil
+		return nil, 0
 	}
 	h.drop()
 	n := f.n - from
 	if n <= 0 {
-		return nil
+		return nil, 0
 	}
 	w := f.pg.shard
 	w.out.add(int64(n))
 	if f.pg.gen != w.gate.Load() {
 		w.out.done(int64(n))
-		return nil
+		return nil, 0
 	}
-	ms := make([]*Message, n)
+	return f, from
+}
+
+// messages returns f's deliveries from index from on.
+func (f *fetched) messages(from int) []*Message {
+	ms := make([]*Message, f.n-from)
 	for i := range ms {
 		ms[i] = f.at(from + i)
 	}

@@ -2,8 +2,10 @@ package kinesub
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Message is one Kinesis record delivered by a Subscriber. Its accessors return what the
@@ -14,17 +16,44 @@ import (
 // decoder shares between neighbouring records), and shares with its page only a small header:
 // a Message kept alive keeps its record, a block or two and the chunk of Messages it was
 // built in (msgChunk of them), never its page.
+//
+// A Message is not written once built: whether it was settled is a bit of its page's
+// (shardPage.settled). A record is fetched by the shard's reader and settled by the consumer,
+// often on another core, and with Process read by the goroutine that queues it and settled by
+// a worker: a write to the Message would take its cache line from every core that read it, for
+// each record, where a page's bits are written by one consumer at a time (under the shard's
+// lock when in runs), a cache line for 512 records.
+//
+// It is 64 bytes, a cache line: a reader builds one per record, tens of thousands a second,
+// and the memory written, collected and read back per record is most of what delivery costs.
+// So its payload, key and sequence number are kept as a pointer and a length each (the
+// strings' and slice's other words are not needed), and what only some records carry (an
+// envelope's headers, a position within a KPL aggregate, an outsized key or sequence number)
+// is kept apart, in x.
 type Message struct {
-	pg      *shardPage        // shard, generation, watermark base: shared by the page's Messages
-	data    []byte            // the payload, without the header envelope
-	key     string            // the partition key (a KPL user record's own)
-	seq     string            // the sequence number (a KPL user record's aggregate's)
+	pg      *shardPage // shard, generation, watermark base: shared by the page's Messages
+	data    *byte      // the payload (without the header envelope): dlen bytes; nil when empty
+	key     *byte      // the partition key (a KPL user record's own): klen bytes; nil when empty
+	seq     *byte      // the sequence number (a KPL user record's aggregate's): slen bytes
+	x       *msgExtra  // what few records carry; nil for most
+	dlen    uint32
+	off     uint32 // its delivery's offset in the page: its watermark index is pg.first+off
+	klen    uint16
+	slen    uint8
+	flags   uint8  // msgEmptyData
+	zero    uint32 // whether a Message with no page (the zero Message) was settled
+	arrival int64  // ApproximateArrivalTimestamp, in Unix ns; 0 when absent
+}
+
+// msgEmptyData: the payload is empty but not nil (Data returns an empty slice, as the record had).
+const msgEmptyData = 1
+
+// msgExtra is what only some records carry.
+type msgExtra struct {
 	headers map[string]string // the envelope's headers; nil when the record carried none
-	arrival int64             // ApproximateArrivalTimestamp, in Unix ns; 0 when absent
-	handed  int64             // when it was handed to the consumer, in Unix ns; atomic, 0 until then (metrics)
-	off     uint32            // its delivery's offset in the page: its watermark index is pg.first+off
-	sub     int32             // its position within a KPL aggregate; 0 for a record not aggregated
-	settled uint32            // set once, atomically, by Ack or Nack (a plain word so Messages can be built by value)
+	key     string            // a partition key too long for Message.klen
+	seq     string            // a sequence number too long for Message.slen
+	sub     int32             // the position within a KPL aggregate
 }
 
 // shardPage is what the deliveries of one page share: their shard, the generation they were
@@ -34,11 +63,18 @@ type shardPage struct {
 	gen   uint64 // the shard's generation when the page was fetched
 	first uint64 // the watermark index the page's offsets count from
 	lead  uint32 // the offset of the page's first delivery (metrics)
+	// settled has a bit per offset, set once, atomically, when its delivery is settled (Ack,
+	// Nack, or given back: see Message).
+	settled []uint32
+	// handed holds when the sampled deliveries were handed to the consumer, in Unix ns
+	// (metrics: see handedAt); nil when the shard is not metered.
+	handed []int64
 }
 
 // msgChunk is how many Messages are built in one allocation: a Message kept alive keeps its
-// chunk, about 7 KiB, rather than every Message of its page.
-const msgChunk = 64
+// chunk, 4 KiB, rather than every Message of its page. 63 Messages and the allocator's
+// 8-byte header of an object with pointers fill a 4 KiB size class.
+const msgChunk = 63
 
 // fetched is one page's deliveries as a reader hands them to the consumer (handoff.go): in
 // chunks of msgChunk, every chunk but the last full.
@@ -76,8 +112,77 @@ func (f *fetched) add() *Message {
 	return m
 }
 
+// seal makes the page's room for what is settled and, when metered, sampled, once its
+// deliveries are added: they span offsets 0 to offsets-1.
+func (f *fetched) seal(offsets int, metered bool) {
+	f.pg.settled = make([]uint32, offsets/32+1)
+	if metered {
+		f.pg.handed = make([]int64, offsets/settleSample+1)
+	}
+}
+
+// markSettled sets m's settled bit and reports whether it was clear.
+func (m *Message) markSettled() bool {
+	if m.pg == nil {
+		return atomic.CompareAndSwapUint32(&m.zero, 0, 1)
+	}
+	bit := uint32(1) << (m.off % 32)
+	return atomic.OrUint32(&m.pg.settled[m.off/32], bit)&bit == 0
+}
+
+// isSettled reports whether m was settled.
+func (m *Message) isSettled() bool {
+	if m.pg == nil {
+		return atomic.LoadUint32(&m.zero) != 0
+	}
+	return atomic.LoadUint32(&m.pg.settled[m.off/32])&(1<<(m.off%32)) != 0
+}
+
 // at returns the page's i-th Message.
 func (f *fetched) at(i int) *Message { return &f.chunks[i/msgChunk][i%msgChunk] }
+
+// setData sets the payload.
+func (m *Message) setData(b []byte) {
+	m.data, m.dlen, m.flags = nil, 0, m.flags&^msgEmptyData
+	switch {
+	case len(b) > 0:
+		m.data, m.dlen = unsafe.SliceData(b), uint32(len(b))
+	case b != nil:
+		m.flags |= msgEmptyData
+	}
+}
+
+// setKey sets the partition key.
+func (m *Message) setKey(s string) {
+	if len(s) > math.MaxUint16 {
+		m.extra().key, m.key, m.klen = s, nil, 0
+		return
+	}
+	m.key, m.klen = nil, uint16(len(s))
+	if len(s) > 0 {
+		m.key = unsafe.StringData(s)
+	}
+}
+
+// setSeq sets the sequence number.
+func (m *Message) setSeq(s string) {
+	if len(s) > math.MaxUint8 {
+		m.extra().seq, m.seq, m.slen = s, nil, 0
+		return
+	}
+	m.seq, m.slen = nil, uint8(len(s))
+	if len(s) > 0 {
+		m.seq = unsafe.StringData(s)
+	}
+}
+
+// extra returns m's extra fields, made on first use.
+func (m *Message) extra() *msgExtra {
+	if m.x == nil {
+		m.x = new(msgExtra)
+	}
+	return m.x
+}
 
 // shard returns the shard m was read from, or nil for a zero Message.
 func (m *Message) shard() *worker {
@@ -91,22 +196,50 @@ func (m *Message) shard() *worker {
 func (m *Message) index() uint64 { return m.pg.first + uint64(m.off) }
 
 // Data returns the record's payload, without the header envelope.
-func (m *Message) Data() []byte { return m.data }
+func (m *Message) Data() []byte {
+	if m.data == nil {
+		if m.flags&msgEmptyData != 0 {
+			return []byte{}
+		}
+		return nil
+	}
+	return unsafe.Slice(m.data, m.dlen)
+}
 
 // Headers returns the user headers the record carried in its envelope, names lowercased (as the
 // Rust crate reads them), or nil when it carried none (a nil map reads as empty: h["x"] is "",
 // len(h) is 0). The map must not be modified.
-func (m *Message) Headers() map[string]string { return m.headers }
+func (m *Message) Headers() map[string]string {
+	if m.x == nil {
+		return nil
+	}
+	return m.x.headers
+}
 
 // PartitionKey returns the record's partition key.
-func (m *Message) PartitionKey() string { return m.key }
+func (m *Message) PartitionKey() string {
+	if m.key == nil && m.x != nil {
+		return m.x.key
+	}
+	return unsafe.String(m.key, m.klen)
+}
 
 // SequenceNumber returns the record's sequence number, unique within its shard.
-func (m *Message) SequenceNumber() string { return m.seq }
+func (m *Message) SequenceNumber() string {
+	if m.seq == nil && m.x != nil {
+		return m.x.seq
+	}
+	return unsafe.String(m.seq, m.slen)
+}
 
 // SubSequenceNumber returns the position of the record within the KPL-aggregated record it
 // arrived in (whose SequenceNumber it shares), and 0 for a record that was not aggregated.
-func (m *Message) SubSequenceNumber() int { return int(m.sub) }
+func (m *Message) SubSequenceNumber() int {
+	if m.x == nil {
+		return 0
+	}
+	return int(m.x.sub)
+}
 
 // ShardID returns the id of the shard the record was read from.
 func (m *Message) ShardID() string {
@@ -159,7 +292,7 @@ func (m *Message) settle(ctx context.Context, nack bool) error {
 	if w != nil && w.closed() {
 		return ErrClosed
 	}
-	if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
+	if !m.markSettled() {
 		return ErrAlreadySettled
 	}
 	if w == nil {

@@ -3,9 +3,12 @@ package kinesub
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
@@ -73,4 +76,46 @@ func liveHeap() uint64 {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// TestMessageFieldsRoundTrip: what a Message is built with is what its accessors return,
+// including the cases its compact form keeps apart: nil and empty payloads, keys and sequence
+// numbers too long for its length fields, headers and KPL positions.
+func TestMessageFieldsRoundTrip(t *testing.T) {
+	long := func(n int) string { return strings.Repeat("k", n) }
+	for _, tc := range []struct {
+		name     string
+		data     []byte
+		key, seq string
+		headers  map[string]string
+		sub      int32
+	}{
+		{name: "plain", data: []byte("payload"), key: "key", seq: "49590338271490256608559692538361571095921575989136588898"},
+		{name: "nil data", key: "key", seq: "1"},
+		{name: "empty data", data: []byte{}, key: "key", seq: "1"},
+		{name: "empty key and sequence number", data: []byte("x")},
+		{name: "longest short key", data: []byte("x"), key: long(math.MaxUint16), seq: long(math.MaxUint8)},
+		{name: "long key", data: []byte("x"), key: long(math.MaxUint16 + 1), seq: "2"},
+		{name: "long sequence number", data: []byte("x"), key: "k", seq: long(math.MaxUint8 + 1)},
+		{name: "headers and a KPL position", data: []byte("x"), key: "k", seq: "3", headers: map[string]string{"a": "b"}, sub: 7},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFetched(&shardPage{}, 1)
+			m := f.add()
+			m.setData(tc.data)
+			m.setKey(tc.key)
+			m.setSeq(tc.seq)
+			if tc.headers != nil || tc.sub != 0 {
+				m.extra().headers, m.extra().sub = tc.headers, tc.sub
+			}
+			require.Equal(t, tc.data, m.Data())
+			require.Equal(t, tc.data == nil, m.Data() == nil, "nil and empty payloads stay apart")
+			require.Equal(t, tc.key, m.PartitionKey())
+			require.Equal(t, tc.seq, m.SequenceNumber())
+			require.Equal(t, tc.headers, m.Headers())
+			require.Equal(t, int(tc.sub), m.SubSequenceNumber())
+			require.Len(t, m.Data(), cap(m.Data()), "appending to Data cannot write into a neighbour's bytes")
+		})
+	}
+	require.Equal(t, uintptr(64), unsafe.Sizeof(Message{}), "a Message is a cache line")
 }

@@ -28,12 +28,14 @@ import (
 
 const meterName = "github.com/gostream/kinesub"
 
-// settleSample: the first delivery of each page, and one in settleSample of each shard's
-// deliveries besides, have their settle duration measured. Timing every record would cost a
-// clock read and a histogram measurement (a few hundred nanoseconds with the SDK's provider)
-// per record, more than the rest of the delivery path; a sample leaves the distribution (its
-// percentiles) as it is. Pages make the sample follow the traffic: a shard that receives a
-// record at a time has every one timed, a busy shard's pages of thousands about 1 in 256.
+// settleSample: the first delivery of each page, and one in settleSample of a page's
+// deliveries besides (those whose offset in the page is a multiple of it), have their settle
+// duration measured. Timing every record would cost a clock read and a histogram measurement
+// (a few hundred nanoseconds with the SDK's provider) per record, more than the rest of the
+// delivery path; a sample leaves the distribution (its percentiles) as it is. Pages make the
+// sample follow the traffic: a shard that receives a record at a time has every one timed, a
+// busy shard's pages of thousands about 1 in 256. The sampled deliveries' times are kept in
+// their page (shardPage.handed), not in every Message.
 const settleSample = 256
 
 // Attribute keys.
@@ -288,6 +290,17 @@ func (m *metrics) shard(id string) *shardStats {
 	return st
 }
 
+// handedAt returns where the time m was handed out is kept, or nil when m is not sampled or
+// its shard not metered. A page's first delivery (lead) gets the slot of its offset: no other
+// sampled delivery has it, as none comes before the lead.
+func (m *Message) handedAt() *int64 {
+	pg := m.pg
+	if pg.handed == nil || (m.off%settleSample != 0 && m.off != pg.lead) {
+		return nil
+	}
+	return &pg.handed[m.off/settleSample]
+}
+
 // consumed counts msg as delivered to the consumer and, for a sampled delivery, notes when,
 // for the settle duration. It is called once msg is handed out; an Ack racing ahead of the
 // note is counted but not timed.
@@ -295,29 +308,32 @@ func (m *metrics) consumed(msg *Message) {
 	if m == nil || msg.pg.shard.stats == nil {
 		return
 	}
-	n := msg.pg.shard.stats.consumed.Add(1)
-	if (n%settleSample == 1 || msg.off == msg.pg.lead) && m.settle.Enabled(context.Background()) {
-		atomic.StoreInt64(&msg.handed, time.Now().UnixNano())
+	msg.pg.shard.stats.consumed.Add(1)
+	if h := msg.handedAt(); h != nil && m.settle.Enabled(context.Background()) {
+		atomic.StoreInt64(h, time.Now().UnixNano())
 	}
 }
 
-// consumedPage counts deliveries of one shard handed out at once (Batches), timing the first
-// and the same sample of the others as consumed does.
-func (m *metrics) consumedPage(page []*Message) {
-	if m == nil || len(page) == 0 || page[0].pg.shard.stats == nil {
+// consumedPage counts the deliveries of page f from index from on, handed out at once
+// (Batches, Process), timing the sampled ones as consumed does. The sample's slots between
+// their first offset and their last are stepped to rather than looked for (a slot whose offset
+// is a record that was not delivered is never read).
+func (m *metrics) consumedPage(f *fetched, from int) {
+	pg := f.pg
+	if m == nil || from >= f.n || pg.shard.stats == nil {
 		return
 	}
-	n := page[0].pg.shard.stats.consumed.Add(int64(len(page)))
-	if !m.settle.Enabled(context.Background()) {
+	pg.shard.stats.consumed.Add(int64(f.n - from))
+	if pg.handed == nil || !m.settle.Enabled(context.Background()) {
 		return
 	}
 	now := time.Now().UnixNano()
-	atomic.StoreInt64(&page[0].handed, now)
-	// The deliveries consumed would sample: those whose count (before+i+1) is 1 modulo
-	// settleSample, stepped to rather than looked for.
-	before := n - int64(len(page))
-	for i := (settleSample - before%settleSample) % settleSample; i < int64(len(page)); i += settleSample {
-		atomic.StoreInt64(&page[i].handed, now)
+	first, last := f.at(from).off, f.at(f.n-1).off
+	if first == pg.lead {
+		atomic.StoreInt64(&pg.handed[first/settleSample], now)
+	}
+	for k := (first + settleSample - 1) / settleSample; k*settleSample <= last; k++ {
+		atomic.StoreInt64(&pg.handed[k], now)
 	}
 }
 
@@ -331,8 +347,10 @@ func (st *shardStats) settled(ctx context.Context, msg *Message, nack bool) {
 	} else {
 		st.acked.Add(1)
 	}
-	if at := atomic.LoadInt64(&msg.handed); at != 0 {
-		st.m.settle.Record(ctx, time.Since(time.Unix(0, at)).Seconds(), st.timed...)
+	if h := msg.handedAt(); h != nil {
+		if at := atomic.LoadInt64(h); at != 0 {
+			st.m.settle.Record(ctx, time.Since(time.Unix(0, at)).Seconds(), st.timed...)
+		}
 	}
 }
 

@@ -438,19 +438,20 @@ func TestSettleSampleFollowsPages(t *testing.T) {
 	m, err := newMetrics(mt.provider, "orders")
 	require.NoError(t, err)
 	w := &worker{stats: m.shard("shardId-000000000000")}
-	page := func(size int) []*Message {
-		f := newFetched(&shardPage{shard: w}, size)
-		ms := make([]*Message, size)
-		for i := range ms {
-			ms[i] = f.add()
-			ms[i].off = uint32(i)
+	// page returns a page of size deliveries, the first at offset lead (the records before it
+	// were not delivered: an aggregate that could not be read, say).
+	page := func(size, lead int) (*fetched, []*Message) {
+		f := newFetched(&shardPage{shard: w, lead: uint32(lead)}, size)
+		for i := range size {
+			f.add().off = uint32(lead + i)
 		}
-		return ms
+		f.seal(lead+size, true)
+		return f, f.messages(0)
 	}
 	timed := func(ms []*Message) int {
 		n := 0
 		for _, m := range ms {
-			if m.handed != 0 {
+			if h := m.handedAt(); h != nil && *h != 0 {
 				n++
 			}
 		}
@@ -459,13 +460,16 @@ func TestSettleSampleFollowsPages(t *testing.T) {
 	// One at a time (Messages, All).
 	single, large := 0, 0
 	for range 100 {
-		ms := page(1)
+		_, ms := page(1, 0)
+		m.consumed(ms[0])
+		single += timed(ms)
+		_, ms = page(1, 3)
 		m.consumed(ms[0])
 		single += timed(ms)
 	}
-	require.Equal(t, 100, single, "a record a page: every one timed")
+	require.Equal(t, 200, single, "a record a page: every one timed")
 	for range 2 {
-		ms := page(10_000)
+		_, ms := page(10_000, 0)
 		for _, msg := range ms {
 			m.consumed(msg)
 		}
@@ -475,9 +479,18 @@ func TestSettleSampleFollowsPages(t *testing.T) {
 	// A page at once (Batches).
 	batched := 0
 	for range 2 {
-		ms := page(10_000)
-		m.consumedPage(ms)
+		f, ms := page(10_000, 0)
+		m.consumedPage(f, 0)
 		batched += timed(ms)
 	}
 	require.InDelta(t, 2+20_000/settleSample, batched, 2)
+	f, ms := page(300, 3)
+	m.consumedPage(f, 0)
+	require.Equal(t, 2, timed(ms), "a page whose first delivery is at offset 3: it and the one at offset 256")
+	f, ms = page(600, 0)
+	for _, msg := range ms[:100] {
+		m.consumed(msg)
+	}
+	m.consumedPage(f, 100)
+	require.Equal(t, 3, timed(ms), "a page taken one at a time, then the rest at once: offsets 0, 256 and 512")
 }

@@ -74,7 +74,7 @@ func (p *poller) next(ctx context.Context, limit int) (page, error) {
 	}
 	p.paced = false
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit)), StreamARN: p.stream.streamARN()}, noRetry, fastRecords)
+	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit)), StreamARN: p.stream.streamARN()}, noRetry, fastRecordsUpTo(limit))
 	cancel()
 	if err != nil {
 		return page{}, &sourceError{op: OpGetRecords, err: err}

@@ -77,9 +77,9 @@ func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *
 		return err
 	}
 	for {
-		if page := s.del.hand.takeAll(); page != nil {
-			s.metrics.consumedPage(page)
-			p.add(page)
+		if f, from := s.del.hand.takeRest(); f != nil {
+			s.metrics.consumedPage(f, from)
+			p.add(f, from)
 		}
 		if !s.del.hand.wait(ctx, s.done) {
 			break

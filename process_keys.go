@@ -111,11 +111,11 @@ func (p *processor) sample() bool {
 // fresh pages to fault in.
 const addChunk = 256
 
-// add takes a page of deliveries (one shard, one generation) into the lanes. The order keys are
-// computed before the lock is taken: they are the caller's code.
-func (p *processor) add(page []*Message) {
+// add takes the deliveries of page f from index from on (one shard, one generation) into the
+// lanes. The order keys are computed before the lock is taken: they are the caller's code.
+func (p *processor) add(f *fetched, from int) {
 	var keys [addChunk]string
-	first := page[0]
+	first, total := f.at(from), f.n-from
 	p.mu.Lock()
 	l := p.lanes[first.ShardID()]
 	if l == nil {
@@ -130,12 +130,12 @@ func (p *processor) add(page []*Message) {
 		p.lanes[l.id] = l
 	}
 	gs := p.genOf(l, first)
-	gs.refs += len(page) // held from now: l and gs stay while the chunks go in
+	gs.refs += total // held from now: l and gs stay while the chunks go in
 	p.mu.Unlock()
-	for at := 0; at < len(page); at += addChunk {
-		jobs := make([]job, min(addChunk, len(page)-at))
+	for at := 0; at < total; at += addChunk {
+		jobs := make([]job, min(addChunk, total-at))
 		for i := range jobs {
-			jobs[i].m = page[at+i]
+			jobs[i].m = f.at(from + at + i)
 			if p.cfg.orderKey == nil {
 				keys[i] = jobs[i].m.PartitionKey()
 			} else {
@@ -350,30 +350,36 @@ func (p *processor) retryDue(j *job) {
 	p.makeReady(j)
 }
 
-// jobRing is the ready queue: first in, first out.
+// jobRing is the ready queue: first in, first out, in a circular buffer that doubles when
+// full (a queue compacted by copying its live part down costs a write barrier per job moved
+// while the collector marks).
 type jobRing struct {
-	buf  []*job
-	head int
+	buf  []*job // len(buf) is 0 or a power of two
+	head int    // buf[head] is the oldest job…
+	n    int    // …of n
 }
 
-func (r *jobRing) push(j *job) { r.buf = append(r.buf, j) }
+func (r *jobRing) push(j *job) {
+	if r.n == len(r.buf) {
+		buf := make([]*job, max(2*len(r.buf), 64))
+		for i := range r.n {
+			buf[i] = r.buf[(r.head+i)&(len(r.buf)-1)]
+		}
+		r.buf, r.head = buf, 0
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = j
+	r.n++
+}
 
-func (r *jobRing) len() int { return len(r.buf) - r.head }
+func (r *jobRing) len() int { return r.n }
 
 func (r *jobRing) pop() *job {
-	if r.head == len(r.buf) {
+	if r.n == 0 {
 		return nil
 	}
 	j := r.buf[r.head]
 	r.buf[r.head] = nil
-	r.head++
-	switch {
-	case r.head == len(r.buf):
-		r.buf, r.head = r.buf[:0], 0
-	case r.head >= 1024 && 2*r.head >= len(r.buf):
-		n := copy(r.buf, r.buf[r.head:])
-		clear(r.buf[n:])
-		r.buf, r.head = r.buf[:n], 0
-	}
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
 	return j
 }

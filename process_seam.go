@@ -2,7 +2,6 @@ package kinesub
 
 import (
 	"context"
-	"sync/atomic"
 )
 
 // What Process needs from a shard's lifecycle, and nothing else. Process (process.go) never
@@ -40,7 +39,7 @@ func (m *Message) runContext() context.Context {
 // waiting for the consumer can end. It stays unhandled: the watermark cannot pass it. A later
 // Ack or Nack of m returns ErrAlreadySettled.
 func (m *Message) abandon() {
-	if !atomic.CompareAndSwapUint32(&m.settled, 0, 1) {
+	if !m.markSettled() {
 		return
 	}
 	if w := m.shard(); w != nil {

@@ -507,3 +507,32 @@ func TestProcessOptions(t *testing.T) {
 		require.ErrorIs(t, sub.Process(context.Background(), ok), ErrConsumerBusy, "Messages consumes for good")
 	})
 }
+
+// TestJobRingFIFO: the ready queue gives jobs back in the order they came, across its growth
+// and its wrapping around.
+func TestJobRingFIFO(t *testing.T) {
+	var r jobRing
+	jobs := make([]job, 1000)
+	next, want := 0, 0
+	for round := range 50 {
+		for range round * 7 % 90 {
+			r.push(&jobs[next%len(jobs)])
+			next++
+		}
+		for range round * 5 % 70 {
+			j := r.pop()
+			if want == next {
+				require.Nil(t, j, "empty")
+				continue
+			}
+			require.Same(t, &jobs[want%len(jobs)], j)
+			want++
+		}
+		require.Equal(t, next-want, r.len())
+	}
+	for ; want < next; want++ {
+		require.Same(t, &jobs[want%len(jobs)], r.pop())
+	}
+	require.Nil(t, r.pop())
+	require.Zero(t, r.len())
+}

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 )
 
@@ -46,12 +45,16 @@ func (p *processor) wake() {
 	}
 }
 
-// runJob is a job of a run, with what its attempt needs that is read under p.mu.
+// runJob is a job of a run: what its attempt needs, read under p.mu as the run is taken, and
+// how the attempt went.
 type runJob struct {
 	*job
-	ctx     context.Context // its generation's handlers'
-	dead    bool            // the attempt is the dead-letter function's
-	lastErr error           // the handler's last error, for the dead-letter function
+	ctx *handlerContext // its generation's handlers'
+	// fail is how its earlier attempts went, nil when there were none. The attempt reads it
+	// without p.mu: only the worker that runs the job writes it (after, under p.mu, before the
+	// job can be taken again), and it is taken under p.mu.
+	fail *failure
+	result
 }
 
 // result is how a job of a run went.
@@ -62,11 +65,15 @@ type result struct {
 }
 
 // work runs ready jobs until Process ends.
+//
+// Its scratch slices are not cleared after every run: clearing memory that holds pointers
+// costs a write barrier per pointer while the collector marks, about as much again as the
+// writes that fill it. What a run leaves is overwritten by the next, and cleared when the worker
+// goes idle, so an idle worker holds no record.
 func (p *processor) work() {
 	defer p.workers.Done()
 	size := 1
 	var run []runJob
-	var out []result
 	var acks []*Message
 	p.mu.Lock()
 	p.wakes-- // the wake that started this worker
@@ -80,14 +87,20 @@ func (p *processor) work() {
 				break
 			}
 			j.state = jobRunning
-			r := runJob{job: j, ctx: p.genOfJob(j).ctx}
-			if j.failed {
-				f := p.fails[j]
-				r.dead, r.lastErr = f.deadLetter, f.lastErr
+			if len(run) < cap(run) {
+				run = run[:len(run)+1] // its fields, a past run's, are all set below
+			} else {
+				run = append(run, runJob{})
 			}
-			run = append(run, r)
+			r := &run[len(run)-1]
+			r.job, r.ctx, r.fail, r.result = j, p.genOfJob(j).ctx, nil, result{}
+			if j.failed {
+				r.fail = p.fails[j]
+			}
 		}
 		if len(run) == 0 {
+			clear(run[:cap(run)])
+			clear(acks[:cap(acks)])
 			if p.closing {
 				p.mu.Unlock()
 				return
@@ -107,18 +120,18 @@ func (p *processor) work() {
 		p.mu.Unlock()
 
 		start := time.Now()
-		out, acks = out[:0], acks[:0]
-		for i, j := range run {
+		acks = acks[:0]
+		for i := range run {
+			j := &run[i]
 			// The first was checked as it was taken; the others are checked as they start.
 			if i > 0 && j.m.stale() {
-				out = append(out, result{skipped: true})
+				j.result = result{skipped: true}
 				continue
 			}
-			o := p.attempt(&j)
-			if o.settled && atomic.LoadUint32(&j.m.settled) == 0 {
+			j.result = p.attempt(j)
+			if j.settled && !j.m.isSettled() {
 				acks = append(acks, j.m)
 			}
-			out = append(out, o)
 		}
 		p.ack(acks)
 		if took := time.Since(start); took < time.Duration(len(run))*fastHandler {
@@ -126,20 +139,18 @@ func (p *processor) work() {
 		} else {
 			size = 1
 		}
-		clear(acks)
 
 		p.mu.Lock()
 		p.running--
-		for i, r := range run {
-			if out[i].skipped {
+		for i := range run {
+			r := &run[i]
+			if r.skipped {
 				p.drop(r.job)
 				p.advance(r.job)
 				continue
 			}
-			p.after(r.job, out[i].settled, out[i].err)
+			p.after(r.job, r.settled, r.err)
 		}
-		clear(run)
-		clear(out)
 	}
 }
 
@@ -148,13 +159,13 @@ func (p *processor) work() {
 // this worker's while it runs.
 func (p *processor) attempt(j *runJob) result {
 	err := p.call(j)
-	if atomic.LoadUint32(&j.m.settled) != 0 {
+	if j.m.isSettled() {
 		return result{settled: true} // the handler acked or nacked it itself
 	}
 	if err != nil {
 		return result{err: err}
 	}
-	if j.dead {
+	if j.dead() {
 		p.met.deadLettered(j.m)
 	}
 	return result{settled: true}
@@ -183,6 +194,9 @@ func (p *processor) ack(ms []*Message) {
 	}
 }
 
+// dead reports whether j's attempt is the dead-letter function's.
+func (j *runJob) dead() bool { return j.fail != nil && j.fail.deadLetter }
+
 // call runs the handler or the dead-letter function, turning a panic into the attempt's error.
 func (p *processor) call(j *runJob) (err error) {
 	defer func() {
@@ -190,8 +204,8 @@ func (p *processor) call(j *runJob) (err error) {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	if j.dead {
-		return p.cfg.deadLetter(j.ctx, j.m, j.lastErr)
+	if j.dead() {
+		return p.cfg.deadLetter(j.ctx, j.m, j.fail.lastErr)
 	}
 	return p.handle(j.ctx, j.m)
 }

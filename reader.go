@@ -306,11 +306,16 @@ func (r *reader) deliver(records []types.Record) bool {
 		}
 		if !isAggregated(rec.Data) {
 			m := out.add()
-			m.off, m.seq, m.key, m.arrival, m.data = uint32(len(slots)), seq, aws.ToString(rec.PartitionKey), arrival, rec.Data
-			if hasEnvelope(rec.Data) {
-				m.headers, m.data = splitEnvelope(rec.Data)
-				if len(m.headers) == 0 {
-					m.headers = nil
+			m.off, m.arrival = uint32(len(slots)), arrival
+			m.setSeq(seq)
+			m.setKey(aws.ToString(rec.PartitionKey))
+			if !hasEnvelope(rec.Data) {
+				m.setData(rec.Data)
+			} else {
+				headers, data := splitEnvelope(rec.Data)
+				m.setData(data)
+				if len(headers) > 0 {
+					m.extra().headers = headers
 				}
 			}
 			slots = append(slots, slot{seq: seq, size: int32(len(rec.Data))})
@@ -324,16 +329,21 @@ func (r *reader) deliver(records []types.Record) bool {
 			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
 			continue
 		}
+		extras := make([]msgExtra, len(subs)) // one allocation for the aggregate's user records
 		for j := range subs {
 			if j < skip {
 				continue // handled before the checkpoint or seek that opened the shard here
 			}
 			sub := &subs[j]
 			m := out.add()
-			m.off, m.seq, m.key, m.arrival, m.sub = uint32(len(slots)), seq, sub.partitionKey, arrival, int32(j)
-			m.headers, m.data = splitEnvelope(sub.data)
-			if len(m.headers) == 0 {
-				m.headers = nil
+			m.off, m.arrival, m.x = uint32(len(slots)), arrival, &extras[j]
+			m.x.sub = int32(j)
+			m.setSeq(seq)
+			m.setKey(sub.partitionKey)
+			headers, data := splitEnvelope(sub.data)
+			m.setData(data)
+			if len(headers) > 0 {
+				m.x.headers = headers
 			}
 			// Until the last user record of the aggregate is handled, the checkpoint stays
 			// inside it: (seq, user records handled), which resumes at the next one.
@@ -365,6 +375,7 @@ func (r *reader) deliver(records []types.Record) bool {
 		return true
 	}
 	pg.lead = out.at(0).off
+	out.seal(len(slots), w.stats != nil)
 	select {
 	case env.hand.in <- out:
 		return true

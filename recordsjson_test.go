@@ -47,11 +47,15 @@ func decodeBoth(t *testing.T, status int, body string) (sdk, ours *kinesis.GetRe
 	in := &kinesis.GetRecordsInput{ShardIterator: aws.String("it")}
 	sdk, sdkErr = client.GetRecords(context.Background(), in)
 	ours, ourErr = client.GetRecords(context.Background(), in, fastRecords)
-	for _, o := range []*kinesis.GetRecordsOutput{sdk, ours} {
+	// As the poller calls, with a limit (here a small one: the arrays made for it grow).
+	limited, limitedErr := client.GetRecords(context.Background(), in, fastRecordsUpTo(2))
+	for _, o := range []*kinesis.GetRecordsOutput{sdk, ours, limited} {
 		if o != nil {
 			o.ResultMetadata = middleware.Metadata{}
 		}
 	}
+	require.Equal(t, ourErr == nil, limitedErr == nil, "with and without a limit: %v; %v", ourErr, limitedErr)
+	require.Equal(t, ours, limited, "with and without a limit")
 	return sdk, ours, sdkErr, ourErr
 }
 
