@@ -93,47 +93,14 @@ func BenchmarkPullDecoded(b *testing.B) {
 			b.ResetTimer()
 			f.start()
 			n := 0
-			switch style {
-			case "messages":
+			if style == "messages" {
 				for ; n < b.N; n++ {
 					if err := (<-sub.Messages()).Ack(ctx); err != nil {
 						b.Fatal(err)
 					}
 				}
-			case "all":
-				for m, err := range sub.All(ctx) {
-					if err == nil {
-						err = m.Ack(ctx)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					if n++; n == b.N {
-						break
-					}
-				}
-			default:
-				for batch, err := range sub.Batches(ctx) {
-					if err != nil {
-						b.Fatal(err)
-					}
-					ms := batch.Messages()
-					if left := b.N - n; len(ms) > left {
-						for _, m := range ms[:left] {
-							if err := m.Ack(ctx); err != nil {
-								b.Fatal(err)
-							}
-						}
-						n = b.N
-						break
-					}
-					if err := batch.Ack(ctx); err != nil {
-						b.Fatal(err)
-					}
-					if n += len(ms); n == b.N {
-						break
-					}
-				}
+			} else {
+				n = pullBench(b, ctx, sub, style)
 			}
 			b.StopTimer()
 			allocs, cpu := mallocs()-m0, cpuTime()-cpu0

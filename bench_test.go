@@ -334,6 +334,49 @@ func BenchmarkDeliverAck(b *testing.B) {
 	}
 }
 
+// pullBench receives and acks b.N records with All (style "all", each record acked) or
+// Batches (each batch acked once; of the last, only the records b.N needs), and returns how
+// many it received.
+func pullBench(b *testing.B, ctx context.Context, sub *Subscriber, style string) int {
+	n := 0
+	if style == "all" {
+		for m, err := range sub.All(ctx) {
+			if err == nil {
+				err = m.Ack(ctx)
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+			if n++; n == b.N {
+				break
+			}
+		}
+		return n
+	}
+	for batch, err := range sub.Batches(ctx) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		// The last batch may hold more than b.N needs: ack only those.
+		ms := batch.Messages()
+		if left := b.N - n; len(ms) > left {
+			for _, m := range ms[:left] {
+				if err := m.Ack(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return b.N
+		}
+		if err := batch.Ack(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if n += len(ms); n == b.N {
+			break
+		}
+	}
+	return n
+}
+
 // BenchmarkPull receives b.N records from four shards as BenchmarkDeliverAck does, with the
 // pull iterators: All acking each record, and Batches acking each batch once. Checkpoints are
 // coalesced (the default 5s interval).
@@ -348,43 +391,7 @@ func BenchmarkPull(b *testing.B) {
 			m0, cpu0 := mallocs(), cpuTime()
 			b.ResetTimer()
 			f.start()
-			n := 0
-			if style == "all" {
-				for m, err := range sub.All(ctx) {
-					if err == nil {
-						err = m.Ack(ctx)
-					}
-					if err != nil {
-						b.Fatal(err)
-					}
-					if n++; n == b.N {
-						break
-					}
-				}
-			} else {
-				for batch, err := range sub.Batches(ctx) {
-					if err != nil {
-						b.Fatal(err)
-					}
-					// The last batch may hold more than b.N needs: ack only those.
-					ms := batch.Messages()
-					if left := b.N - n; len(ms) > left {
-						for _, m := range ms[:left] {
-							if err := m.Ack(ctx); err != nil {
-								b.Fatal(err)
-							}
-						}
-						n = b.N
-						break
-					}
-					if err := batch.Ack(ctx); err != nil {
-						b.Fatal(err)
-					}
-					if n += len(ms); n == b.N {
-						break
-					}
-				}
-			}
+			n := pullBench(b, ctx, sub, style)
 			b.StopTimer()
 			allocs, cpu := mallocs()-m0, cpuTime()-cpu0
 			if n != b.N {
