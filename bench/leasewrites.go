@@ -95,9 +95,9 @@ func leaseWritesFigures() error {
 		if err != nil {
 			return fmt.Errorf("%d shards: %w", n, err)
 		}
-		fmt.Printf("  %d shards (%d an instance): %.0f writes a minute per instance (%s)\n", n, n / *leaseWritesInstances, r.writes, r.breakdown())
-		fmt.Printf("    reads: %.0f calls, %.0f items, %.1f read units a minute per instance; every call at the proxy: %.0f (client count %.0f)\n",
-			r.reads, r.items, r.rcu, r.proxied, r.calls)
+		fmt.Printf("  %d shards (%d an instance): %.0f writes a minute per instance (%s)\n", n, n / *leaseWritesInstances, r.writes, r.breakdown(true))
+		fmt.Printf("    reads: %.0f calls (%s), %.0f items, %.1f read units a minute per instance; every call at the proxy: %.0f (client count %.0f)\n",
+			r.reads, r.breakdown(false), r.items, r.rcu, r.proxied, r.calls)
 		before, ok := writesBefore[n]
 		if !ok || before == 0 {
 			fmt.Printf("    no figure of the per-shard-renewal protocol for %d shards to compare with\n", n)
@@ -141,11 +141,12 @@ type writesResult struct {
 	ops                                       map[string]float64
 }
 
-func (r writesResult) breakdown() string {
+// breakdown lists the calls per minute of each operation that writes (writes) or reads.
+func (r writesResult) breakdown(writes bool) string {
 	var parts []string
 	for _, op := range slices.Sorted(func(yield func(string) bool) {
 		for op := range r.ops {
-			if isWrite(op) && !yield(op) {
+			if isWrite(op) == writes && !yield(op) {
 				return
 			}
 		}

@@ -297,7 +297,10 @@ func (d *DynamoDB) scan(ctx context.Context, in *dynamodb.ScanInput, tag bool) (
 			out = append(out, l)
 		}
 	}
-	d.list.setScanUnits(units)
+	// A Scan costs at least a unit. Recorded as 0 (an empty table, or an emulator that reports
+	// no cost), it would read as unknown, and ListPrefix would query the index from then on,
+	// about a unit a row, never scanning again to learn that a Scan is cheaper.
+	d.list.setScanUnits(max(units, 1))
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
 }

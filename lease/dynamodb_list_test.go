@@ -187,6 +187,27 @@ func TestDynamoDBListPrefixScansWhenCheaper(t *testing.T) {
 	assert.Equal(t, 3*45, scanned)
 }
 
+// TestDynamoDBListPrefixScansAfterEmptyScan: a first listing that scans an empty table (a
+// subscriber's first look, before any lease exists) does not leave the store reading rows one by
+// one through the index once the table fills, when a Scan costs less.
+func TestDynamoDBListPrefixScansAfterEmptyScan(t *testing.T) {
+	base := testenv.DynamoDB(t)
+	var c calls
+	s := newTable(t, counted(base, &c))
+	ls, err := s.ListPrefix(timeout(t), "orders/")
+	require.NoError(t, err)
+	require.Empty(t, ls)
+	putRows(t, base, s.Table(), "orders", 0, 200, 50, true)
+	for range 3 {
+		ls, err := s.ListPrefix(timeout(t), "orders/")
+		require.NoError(t, err)
+		assert.Len(t, ls, 200)
+	}
+	ops, _ := c.take()
+	assert.Zero(t, ops["BatchGetItem"], "rows read one by one where a Scan costs less: %v", ops)
+	assert.LessOrEqual(t, ops["Query"], 1, "%v", ops)
+}
+
 // TestDynamoDBOldTable: a table created by an earlier version, without the index and with
 // rows lacking lease_stream, keeps working: listed by scan, and EnsureTable asks DynamoDB to
 // add the index.
