@@ -165,3 +165,49 @@ func testJoinerGetsShareWithoutSteal(t *testing.T) {
 	}
 	require.Zero(t, store.steals.Load(), "leases stolen")
 }
+
+// TestEarlierProtocolRefused: a stream whose shard lease is held with an expiry of its own (a
+// subscriber of a version before 0.1.0, which renews each lease) is refused at Subscribe with
+// ErrIncompatibleLeaseTable, naming the holder and what to do, before any lease is written;
+// once that lease is released (the old instance closed), Subscribe goes ahead and resumes from
+// its checkpoint. On both stores.
+func TestEarlierProtocolRefused(t *testing.T) {
+	t.Run("Memory", func(t *testing.T) { testEarlierProtocolRefused(t, lease.NewMemory()) })
+	t.Run("DynamoDB", func(t *testing.T) { testEarlierProtocolRefused(t, dynamoStore(t)) })
+}
+
+func testEarlierProtocolRefused(t *testing.T, store lease.Store) {
+	const name = "upgrade"
+	f := newFakeStream(name, 2)
+	ctx := context.Background()
+	key := name + "/" + f.shards[0].id
+	seqs := f.add(0, time.Now(), "r1", "r2", "r3", "r4", "r5", "r6")
+	ok, err := store.Acquire(ctx, key, "old-instance", time.Minute)
+	require.NoError(t, err)
+	require.True(t, ok)
+	old, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	ok, err = store.Checkpoint(ctx, key, old.Tenure(), lease.Checkpoint{Sequence: seqs[3]})
+	require.NoError(t, err)
+	require.True(t, ok)
+
+	_, err = subscribe(ctx, f, name, fakeOpts(WithLeaseStore(store))...)
+	require.ErrorIs(t, err, ErrIncompatibleLeaseTable)
+	require.Contains(t, err.Error(), "old-instance")
+	require.Contains(t, err.Error(), "stop every instance of the earlier version")
+	ls, err := store.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, ls, 1, "Subscribe wrote to the table before refusing: %v", ls)
+
+	ok, err = store.Release(ctx, key, old.Tenure())
+	require.NoError(t, err)
+	require.True(t, ok)
+	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store))...)
+	select {
+	case m := <-sub.Messages():
+		require.Equal(t, "r5", string(m.Data()), "resumed after the old instance's checkpoint")
+		require.NoError(t, m.Ack(ctx))
+	case <-time.After(30 * time.Second):
+		t.Fatal("nothing delivered after the old instance released its lease")
+	}
+}
