@@ -112,7 +112,7 @@ func BenchmarkPullDecoded(b *testing.B) {
 	}
 }
 
-// benchSubscribeTo is benchSubscribe with any client of a stream of benchShards shards.
+// benchSubscribeTo subscribes to client, a stream of benchShards shards, as benchSubscribe does.
 func benchSubscribeTo(b testing.TB, client kinesisiface.Kinesis, opts ...Option) *Subscriber {
 	b.Helper()
 	opts = append([]Option{

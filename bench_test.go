@@ -22,7 +22,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"golang.org/x/time/rate"
 
 	"github.com/gostream/kinesub/internal/heapwatch"
 	"github.com/gostream/kinesub/lease"
@@ -192,35 +191,7 @@ func (f *pageKinesis) PutRecord(context.Context, *kinesis.PutRecordInput, ...fun
 // than the library's cost.
 func benchSubscribe(b testing.TB, f *pageKinesis, opts ...Option) *Subscriber {
 	b.Helper()
-	opts = append([]Option{
-		WithLeaseStore(lease.NewMemory()),
-		WithStartAt(Horizon()),
-		WithBatchSize(benchPage),
-		WithPollInterval(time.Millisecond),
-		func(c *config) {
-			c.source = func(id string) shardSource {
-				p := newPoller(f, streamRef{name: "bench"}, id, c.requestTimeout, c.pollInterval)
-				p.calls.SetLimit(rate.Inf)
-				p.bytes.SetLimit(rate.Inf)
-				return p
-			}
-		},
-	}, opts...)
-	sub, err := subscribe(context.Background(), f, "bench", opts...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := len(heldShards(sub))
-		if n == benchShards {
-			return sub
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d shards leased after 10s", n, benchShards)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	return benchSubscribeTo(b, f, opts...)
 }
 
 func closeBench(b *testing.B, sub *Subscriber, d time.Duration) {
