@@ -47,6 +47,16 @@ func testHeartbeatRow(t *testing.T, store lease.Store) {
 	})
 	require.Equal(t, key, first.Key)
 	eventually(t, 30*time.Second, "both shards read", func() bool { return reading(sub) == 2 })
+	// A shard opened without a checkpoint records where it opened (reader.mark), once, after
+	// it is reading: the last write an idle shard makes.
+	eventually(t, 30*time.Second, "both shards' opening positions recorded", func() bool {
+		for _, sh := range f.shards {
+			if readLease(t, store, name, sh.id).Checkpoint.Sequence == "" {
+				return false
+			}
+		}
+		return true
+	})
 
 	// The shard leases are bound to the row: no expiry of their own, and no write while the
 	// shards are idle.
