@@ -468,6 +468,7 @@ func TestSeekReachesChildOfLaterSplit(t *testing.T) {
 	s := newStream(t, 1)
 	s.publish(5, 1)
 	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	errs := collectErrors(sub)
 	require.Equal(t, keyed(0, 5), payloads(recv(t, sub, 5, true)))
 	require.NoError(t, sub.Seeker().Seek(context.Background(), Latest()))
 	parent := s.shardIDs()[0]
@@ -479,14 +480,26 @@ func TestSeekReachesChildOfLaterSplit(t *testing.T) {
 	testenv.WaitActive(t, s.c, s.name)
 	s.publish(48, 12) // key-0/5..8, key-n/0..3 on the children
 	oc := orderChecker{next: map[string]int{"key-0": 5}}
-	shards := map[string]bool{}
-	for _, m := range recv(t, sub, 48, true) {
+	seen := map[string]bool{}
+	again := 0
+	for len(seen) < 48 {
+		m := recv(t, sub, 1, true)[0]
 		oc.see(t, m)
-		shards[m.ShardID()] = true
+		if seen[string(m.Data())] {
+			again++
+		}
+		seen[string(m.Data())] = true
 	}
-	require.NotContains(t, shards, parent)
-	require.Len(t, shards, 2, "both children")
-	upTo(t, s, sub, nil) // nothing else
+	again += upTo(t, s, sub, &oc) // anything but the probes is a record delivered again
+	require.NotContains(t, oc.last, parent)
+	require.Len(t, oc.last, 2, "both children")
+	// At-least-once allows a record again only where its shard was given up and read again from
+	// its checkpoint: a renewal starved past 2/3 of the TTL on a busy machine.
+	if again > 0 {
+		require.NotZero(t, errs.count(func(err error) bool { return errors.Is(err, ErrLeaseLost) }),
+			"%d records delivered again with no lease lost (errors: %v)", again, errs.summary())
+		t.Logf("%d records delivered again after a lease lost on a busy machine: %v", again, errs.summary())
+	}
 }
 
 // TestStartAtBeatsCheckpoint: WithStartAt opens every shard at its position even where a
