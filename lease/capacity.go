@@ -1,6 +1,10 @@
 package lease
 
-import "context"
+import (
+	"context"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
 
 type capacityKey struct{}
 
@@ -16,4 +20,20 @@ func WithConsumedCapacity(ctx context.Context, report func(units float64)) conte
 func capacityReport(ctx context.Context) func(float64) {
 	f, _ := ctx.Value(capacityKey{}).(func(float64))
 	return f
+}
+
+// asked is the ReturnConsumedCapacity of a call: TOTAL when a report was asked for
+// (WithConsumedCapacity), the default (none) otherwise.
+func asked(report func(float64)) types.ReturnConsumedCapacity {
+	if report == nil {
+		return ""
+	}
+	return types.ReturnConsumedCapacityTotal
+}
+
+// consumed passes what a call consumed to report.
+func consumed(report func(float64), c *types.ConsumedCapacity) {
+	if report != nil && c != nil && c.CapacityUnits != nil {
+		report(*c.CapacityUnits)
+	}
 }
