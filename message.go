@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/gostream/kinesub/lease"
 )
 
 // Message is one Kinesis record delivered by a Subscriber. Its accessors return what the
@@ -247,6 +249,20 @@ func (m *Message) ShardID() string {
 		return w.id
 	}
 	return ""
+}
+
+// Tenure returns the fencing token of the record's delivery: the lease holding under which
+// this subscriber read it (its owner name and the lease's counter). Every change of a shard's
+// holder adds one to the counter of the shard's lease, so a later holder always carries a
+// higher counter than an earlier one. A sink that remembers, per shard, the highest counter it
+// has seen and refuses writes that carry a lower one refuses a holder that has been superseded,
+// even one whose process was paused past the end of its lease and resumed (docs/leases.md,
+// "Fencing a sink"). The zero Message returns the zero Tenure.
+func (m *Message) Tenure() lease.Tenure {
+	if w := m.shard(); w != nil {
+		return w.tenureOf()
+	}
+	return lease.Tenure{}
 }
 
 // ArrivalTime returns when the service accepted the record.
