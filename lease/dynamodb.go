@@ -22,6 +22,7 @@ const (
 	attrCheckpoint = "checkpoint"             // S
 	attrSubSeq     = "checkpoint_subsequence" // N, absent in items written before it existed: 0
 	attrStream     = "lease_stream"           // S, the key before its first '/': the index's partition key (dynamodb_list.go)
+	attrOrder      = "checkpoint_order"       // N, the order of the last CheckpointOrdered write; absent after a Checkpoint
 )
 
 // Every expression goes through these placeholders, so no attribute name can collide with a
@@ -33,6 +34,7 @@ var attrNames = map[string]string{
 	"#cp":      attrCheckpoint,
 	"#sub":     attrSubSeq,
 	"#stream":  attrStream,
+	"#ord":     attrOrder,
 }
 
 // dynamoAPI is the subset of *dynamodb.Client the store calls; the signatures are the SDK's,
@@ -53,6 +55,8 @@ var (
 	_ dynamoAPI    = (*dynamodb.Client)(nil)
 	_ PrefixLister = (*DynamoDB)(nil)
 	_ PrefixLister = (*Memory)(nil)
+
+	_ OrderedCheckpointer = (*DynamoDB)(nil)
 )
 
 // DynamoDB is a Store kept in a DynamoDB table, one item per lease, for several processes
@@ -149,19 +153,36 @@ func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, 
 		"#counter = :counter", values)
 }
 
-// Renew implements Store.
+// Renew implements Store. The write is conditional on the expiry not moving back as well as
+// on the holding; when that condition fails, a strongly consistent read tells a current
+// holding (a later expiry stands: true) from one that is over (false).
 func (d *DynamoDB) Renew(ctx context.Context, key string, t Tenure, ttl time.Duration) (bool, error) {
 	if err := d.check(ctx, "DynamoDB.Renew", key, t.Owner, ttl, true, positiveTTL); err != nil {
 		return false, err
 	}
-	return d.update(ctx, "renew", key,
+	ok, err := d.update(ctx, "renew", key,
 		"SET #expiry = :expiry",
-		"#owner = :owner AND #counter = :counter",
+		"#owner = :owner AND #counter = :counter AND (attribute_not_exists(#expiry) OR #expiry <= :expiry)",
 		map[string]types.AttributeValue{
 			":owner":   str(t.Owner),
 			":counter": num(t.Counter),
 			":expiry":  millis(d.now().Add(ttl)),
 		})
+	if err != nil || ok {
+		return ok, err
+	}
+	return d.stillHeld(ctx, key, t)
+}
+
+// stillHeld reports whether t is the lease's current holding: what a write whose condition
+// also compared an order (an expiry, a checkpoint's write number) reports when the order
+// failed it.
+func (d *DynamoDB) stillHeld(ctx context.Context, key string, t Tenure) (bool, error) {
+	l, err := d.Read(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	return l.Tenure() == t, nil
 }
 
 // Checkpoint implements Store. An empty sequence is an error wrapping ErrInvalidArgument.
@@ -173,7 +194,7 @@ func (d *DynamoDB) Checkpoint(ctx context.Context, key string, t Tenure, cp Chec
 		return false, err
 	}
 	return d.update(ctx, "checkpoint", key,
-		"SET #cp = :cp, #sub = :sub",
+		"SET #cp = :cp, #sub = :sub REMOVE #ord",
 		"#owner = :owner AND #counter = :counter",
 		map[string]types.AttributeValue{
 			":owner":   str(t.Owner),
@@ -181,6 +202,33 @@ func (d *DynamoDB) Checkpoint(ctx context.Context, key string, t Tenure, cp Chec
 			":cp":      str(cp.Sequence),
 			":sub":     num(cp.SubSequence),
 		})
+}
+
+// CheckpointOrdered implements OrderedCheckpointer: one UpdateItem conditional on the holding
+// and on checkpoint_order (the holding's counter and n, in one number) not being above this
+// write's; when that fails, a strongly consistent read tells a newer write of the holding
+// (true) from a holding that is over (false).
+func (d *DynamoDB) CheckpointOrdered(ctx context.Context, key string, t Tenure, cp Checkpoint, n int64) (bool, error) {
+	if err := d.check(ctx, "DynamoDB.CheckpointOrdered", key, t.Owner, 0, true, noTTL); err != nil {
+		return false, err
+	}
+	if err := checkOrdered(key, cp, n); err != nil {
+		return false, err
+	}
+	ok, err := d.update(ctx, "checkpoint", key,
+		"SET #cp = :cp, #sub = :sub, #ord = :ord",
+		"#owner = :owner AND #counter = :counter AND (attribute_not_exists(#ord) OR #ord <= :ord)",
+		map[string]types.AttributeValue{
+			":owner":   str(t.Owner),
+			":counter": num(t.Counter),
+			":cp":      str(cp.Sequence),
+			":sub":     num(cp.SubSequence),
+			":ord":     num(checkpointOrder(t, n)),
+		})
+	if err != nil || ok {
+		return ok, err
+	}
+	return d.stillHeld(ctx, key, t)
 }
 
 // Release implements Store. It removes the owner and the expiry and keeps the checkpoint.

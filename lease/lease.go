@@ -107,7 +107,9 @@ type Store interface {
 	// adds one to the counter, and returns false when the counter differs or the lease is
 	// absent.
 	Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error)
-	// Renew extends the holding t to now+ttl (ttl > 0); the counter is unchanged. It returns
+	// Renew extends the holding t to now+ttl (ttl > 0); the counter is unchanged. It never
+	// moves the expiry back: when the lease already lapses later (a renewal sent after this one
+	// arrived first, or this one arrives late), it changes nothing and reports true. It returns
 	// false when t is over: the lease has another owner or counter, or none.
 	Renew(ctx context.Context, key string, t Tenure, ttl time.Duration) (bool, error)
 	// Checkpoint records cp as the lease's checkpoint, conditional on the holding t; the
@@ -142,6 +144,27 @@ type PrefixLister interface {
 	// prefix is an error wrapping ErrInvalidArgument.
 	ListPrefix(ctx context.Context, prefix string) ([]Lease, error)
 }
+
+// OrderedCheckpointer is implemented by stores that keep one holding's checkpoint writes in
+// the order they were sent. A write that times out for its sender may still be applied later,
+// even after the sender's next write (DynamoDB's documentation says as much of any write):
+// with Checkpoint, such a late write moves the checkpoint back, and the shard's next owner
+// delivers again what was acknowledged between the two. kinesub numbers the checkpoint writes
+// of each holding 1, 2, 3… and writes them with CheckpointOrdered when the store has it. Both
+// stores here implement it.
+type OrderedCheckpointer interface {
+	// CheckpointOrdered records cp as Checkpoint does, conditional on the holding t, unless the
+	// lease records a checkpoint written in holding t with a higher write number than n: then
+	// it changes nothing and reports true, since the holding is current and its newer checkpoint
+	// stands. The same n may be written again (a retry). n runs from 1 to MaxCheckpointWrite;
+	// another n, an empty sequence or a negative sub-sequence is an error wrapping
+	// ErrInvalidArgument. A Checkpoint write forgets the order: any n is applied after it.
+	CheckpointOrdered(ctx context.Context, key string, t Tenure, cp Checkpoint, n int64) (bool, error)
+}
+
+// MaxCheckpointWrite is the highest write number CheckpointOrdered takes: a holding that
+// checkpoints ten times a second reaches it after more than thirteen years.
+const MaxCheckpointWrite = 1<<32 - 1
 
 // ErrInvalidArgument is returned, wrapped, for a nil context, an empty key, owner or table name,
 // or a non-positive TTL. Such calls do no I/O.

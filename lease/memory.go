@@ -14,13 +14,21 @@ import (
 // survives a restart. It is safe for concurrent use.
 type Memory struct {
 	mu     sync.Mutex
-	leases map[string]*Lease
+	leases map[string]*memLease
 	now    func() time.Time
 }
 
+// memLease is a lease as Memory keeps it.
+type memLease struct {
+	Lease
+	order int64 // the order of the last CheckpointOrdered write (checkpointOrder); 0: none
+}
+
+var _ OrderedCheckpointer = (*Memory)(nil)
+
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
-	return &Memory{leases: make(map[string]*Lease), now: time.Now}
+	return &Memory{leases: make(map[string]*memLease), now: time.Now}
 }
 
 // ready returns the argument error, else ctx's error: what every call checks before it
@@ -74,17 +82,17 @@ func expiry(now time.Time, ttl time.Duration) time.Time {
 	return now.Add(ttl)
 }
 
-func (m *Memory) get(key string) *Lease {
+func (m *Memory) get(key string) *memLease {
 	l, ok := m.leases[key]
 	if !ok {
-		l = &Lease{Key: key}
+		l = &memLease{Lease: Lease{Key: key}}
 		m.leases[key] = l
 	}
 	return l
 }
 
 // holds reports whether t is the current holding of l.
-func holds(l *Lease, t Tenure) bool { return l.Owner == t.Owner && l.Counter == t.Counter }
+func holds(l *memLease, t Tenure) bool { return l.Owner == t.Owner && l.Counter == t.Counter }
 
 // Acquire implements Store.
 func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
@@ -139,7 +147,9 @@ func (m *Memory) Renew(ctx context.Context, key string, t Tenure, ttl time.Durat
 	if !ok || !holds(l, t) {
 		return false, nil
 	}
-	l.Expiry = m.now().Add(ttl)
+	if e := m.now().Add(ttl); l.Expiry.IsZero() || e.After(l.Expiry) {
+		l.Expiry = e
+	}
 	return true, nil
 }
 
@@ -163,9 +173,47 @@ func (m *Memory) Checkpoint(ctx context.Context, key string, t Tenure, cp Checkp
 	if !ok || !holds(l, t) {
 		return false, nil
 	}
-	l.Checkpoint = cp
+	l.Checkpoint, l.order = cp, 0
 	return true, nil
 }
+
+// CheckpointOrdered implements OrderedCheckpointer.
+func (m *Memory) CheckpointOrdered(ctx context.Context, key string, t Tenure, cp Checkpoint, n int64) (bool, error) {
+	if err := checkContext(ctx, "Memory.CheckpointOrdered"); err != nil {
+		return false, err
+	}
+	if err := checkArgs(key, t.Owner, 0, true, noTTL); err != nil {
+		return false, err
+	}
+	if err := checkOrdered(key, cp, n); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[key]
+	if !ok || !holds(l, t) {
+		return false, nil
+	}
+	if o := checkpointOrder(t, n); o >= l.order {
+		l.Checkpoint, l.order = cp, o
+	}
+	return true, nil
+}
+
+// checkOrdered rejects what CheckpointOrdered does not take.
+func checkOrdered(key string, cp Checkpoint, n int64) error {
+	if n < 1 || n > MaxCheckpointWrite {
+		return fmt.Errorf("%w: lease %q: checkpoint write number %d is not between 1 and %d", ErrInvalidArgument, key, n, int64(MaxCheckpointWrite))
+	}
+	return checkCheckpoint(key, cp)
+}
+
+// checkpointOrder orders the checkpoint writes of a lease: by holding (counters only grow),
+// then by write number within it.
+func checkpointOrder(t Tenure, n int64) int64 { return t.Counter<<32 | n }
 
 // Read implements Store.
 func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
@@ -178,7 +226,7 @@ func (m *Memory) Read(ctx context.Context, key string) (Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if l, ok := m.leases[key]; ok {
-		return *l, nil
+		return l.Lease, nil
 	}
 	return Lease{Key: key}, nil
 }
@@ -232,7 +280,7 @@ func (m *Memory) List(ctx context.Context) ([]Lease, error) {
 	defer m.mu.Unlock()
 	out := make([]Lease, 0, len(m.leases))
 	for _, l := range m.leases {
-		out = append(out, *l)
+		out = append(out, l.Lease)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
 	return out, nil
@@ -251,7 +299,7 @@ func (m *Memory) ListPrefix(ctx context.Context, prefix string) ([]Lease, error)
 	var out []Lease
 	for k, l := range m.leases {
 		if strings.HasPrefix(k, prefix) {
-			out = append(out, *l)
+			out = append(out, l.Lease)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })

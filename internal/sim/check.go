@@ -1,0 +1,219 @@
+package sim
+
+import (
+	"fmt"
+	"math/big"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// Checker checks the fleet's promises as a run goes, on the simulation's clock:
+//
+//   - never two holders hand out one shard's records in overlapping time: once a delivery
+//     carried a lease counter (the fencing token), none with a lower counter follows;
+//   - a holder never hands out a record at or before the checkpoint its holding started from,
+//     and a holding handed back cleanly leaves a checkpoint at or past every record acked
+//     before its drain began (so nothing acknowledged is delivered again);
+//   - no write moves a shard's checkpoint back;
+//   - every record put is delivered (Missing, once the faults stopped).
+//
+// It is safe for concurrent use.
+type Checker struct {
+	stream string
+
+	mu         sync.Mutex
+	violations []string
+	put        map[string]time.Time // record id → when it was put
+	delivered  map[string]int       // record id → hand-outs
+	top        map[string]token     // shard → the highest counter handed out, and by whom
+	started    map[holding]lease.Checkpoint
+	acked      map[holding]lease.Checkpoint // the newest record acked in a holding
+	drained    map[holding]lease.Checkpoint // acked when its drain began
+	handOuts   int
+}
+
+type token struct {
+	owner   string
+	counter int64
+	at      time.Time
+}
+
+type holding struct {
+	shard   string
+	counter int64
+}
+
+// NewChecker returns a checker of the fleet reading stream.
+func NewChecker(stream string) *Checker {
+	return &Checker{
+		stream: stream, put: map[string]time.Time{}, delivered: map[string]int{}, top: map[string]token{},
+		started: map[holding]lease.Checkpoint{}, acked: map[holding]lease.Checkpoint{}, drained: map[holding]lease.Checkpoint{},
+	}
+}
+
+func (c *Checker) fail(format string, args ...any) {
+	c.violations = append(c.violations, fmt.Sprintf("%s: ", time.Now().UTC().Format("15:04:05.000"))+fmt.Sprintf(format, args...))
+}
+
+// Violations returns what the run broke, in order.
+func (c *Checker) Violations() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.violations...)
+}
+
+// Put records a record published, by its id.
+func (c *Checker) Put(id string) {
+	c.mu.Lock()
+	c.put[id] = time.Now()
+	c.mu.Unlock()
+}
+
+// Delivery is one record handed out.
+type Delivery struct {
+	Instance string
+	Shard    string
+	Tenure   lease.Tenure
+	At       lease.Checkpoint // the record's sequence and sub-sequence number
+	ID       string
+}
+
+// HandOut checks a delivery as it is handed out.
+func (c *Checker) HandOut(d Delivery) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handOuts++
+	c.delivered[d.ID]++
+	top := c.top[d.Shard]
+	switch {
+	case d.Tenure.Counter < top.counter:
+		c.fail("shard %s: %s handed out %s under lease counter %d after %s handed out under counter %d at %s: two readers",
+			d.Shard, d.Instance, d.ID, d.Tenure.Counter, top.owner, top.counter, top.at.UTC().Format("15:04:05.000"))
+	case d.Tenure.Counter > top.counter:
+		c.top[d.Shard] = token{d.Tenure.Owner, d.Tenure.Counter, time.Now()}
+	case d.Tenure.Owner != top.owner:
+		c.fail("shard %s: lease counter %d handed out by %s and by %s", d.Shard, d.Tenure.Counter, top.owner, d.Tenure.Owner)
+	}
+	h := holding{d.Shard, d.Tenure.Counter}
+	if from, ok := c.started[h]; ok && !after(d.At, from) {
+		c.fail("shard %s: %s handed out %s (%s) under counter %d, at or before the checkpoint %s its holding started from",
+			d.Shard, d.Instance, d.ID, d.At.Sequence, d.Tenure.Counter, from.Sequence)
+	}
+}
+
+// Acked records that a delivery was acknowledged.
+func (c *Checker) Acked(d Delivery) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := holding{d.Shard, d.Tenure.Counter}
+	if a, ok := c.acked[h]; !ok || after(d.At, a) {
+		c.acked[h] = d.At
+	}
+}
+
+// Draining records that the holding t of shard begins to drain for a clean hand-back (or a
+// close): what it acked so far must be in its last checkpoint.
+func (c *Checker) Draining(shard string, t lease.Tenure) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := holding{shard, t.Counter}
+	if a, ok := c.acked[h]; ok {
+		c.drained[h] = a
+	}
+}
+
+// GaveUp records that a draining holding stopped waiting for its deliveries to be settled:
+// what it acked after a gap is then delivered again, as documented.
+func (c *Checker) GaveUp(shard string, t lease.Tenure) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.drained, holding{shard, t.Counter})
+}
+
+// Applied checks a write the table applied.
+func (c *Checker) Applied(w Write) {
+	shard, ok := strings.CutPrefix(w.Key, c.stream+"/")
+	if !ok || strings.HasPrefix(shard, "~") || strings.Contains(shard, "protocol") {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.After.Counter != w.Before.Counter && w.After.Key != "" {
+		c.started[holding{shard, w.After.Counter}] = w.After.Checkpoint
+	}
+	switch w.Op {
+	case "Checkpoint", "CheckpointOrdered":
+		if w.Before.Checkpoint.Sequence != "" && after(w.Before.Checkpoint, w.After.Checkpoint) {
+			c.fail("shard %s: %s moved the checkpoint back from %s/%d to %s/%d (late: %v)", shard, w.Writer,
+				w.Before.Checkpoint.Sequence, w.Before.Checkpoint.SubSequence, w.After.Checkpoint.Sequence, w.After.Checkpoint.SubSequence, w.Late)
+		}
+	case "Release":
+		h := holding{shard, w.Before.Counter}
+		if a, ok := c.drained[h]; ok && after(a, w.After.Checkpoint) {
+			c.fail("shard %s: %s handed back under counter %d with checkpoint %s, before %s it had acked: acked records are delivered again",
+				shard, w.Writer, w.Before.Counter, w.After.Checkpoint.Sequence, a.Sequence)
+		}
+	}
+}
+
+// Missing returns the records put and never delivered, sorted.
+func (c *Checker) Missing() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id := range c.put {
+		if c.delivered[id] == 0 {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Stats reports what the run did.
+func (c *Checker) Stats() (put, handedOut, again int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.delivered {
+		if n > 1 {
+			again += n - 1
+		}
+	}
+	return len(c.put), c.handOuts, again
+}
+
+// after reports whether a is after b in a shard: markers (TRIM_HORIZON, AT_TIMESTAMP:…) come
+// before every record, SHARD_END after them; sequence numbers compare as numbers, then
+// sub-sequence numbers.
+func after(a, b lease.Checkpoint) bool {
+	ra, rb := rank(a.Sequence), rank(b.Sequence)
+	if ra != rb {
+		return ra > rb
+	}
+	if ra != 1 {
+		return false
+	}
+	x, okx := new(big.Int).SetString(a.Sequence, 10)
+	y, oky := new(big.Int).SetString(b.Sequence, 10)
+	if !okx || !oky {
+		return a.Sequence > b.Sequence
+	}
+	if d := x.Cmp(y); d != 0 {
+		return d > 0
+	}
+	return a.SubSequence > b.SubSequence
+}
+
+func rank(seq string) int {
+	switch {
+	case seq == "" || seq == lease.TrimHorizon || strings.HasPrefix(seq, lease.AtTimestampPrefix) || strings.HasPrefix(seq, "AT_TIMESTAMP"):
+		return 0
+	case seq == lease.ShardEnd:
+		return 2
+	}
+	return 1
+}
