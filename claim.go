@@ -207,6 +207,9 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 	if !ok {
 		return false
 	}
+	if how.steal {
+		s.cfg.probes.at("stolen", id, lease.Tenure{Owner: s.cfg.owner, Counter: how.counter + 1})
+	}
 	cctx, cancel = context.WithTimeout(ctx, s.cfg.requestTimeout)
 	l, err := s.cfg.store.Read(cctx, key)
 	cancel()

@@ -28,14 +28,20 @@ func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
 			yield(nil, nilContext("All"))
 			return
 		}
+		pr := s.cfg.probes
 		s.pull(ctx, func() bool {
-			for m := s.del.hand.take(); m != nil; m = s.del.hand.take() {
+			for {
+				pr.hold()
+				m := s.del.hand.take()
+				if m == nil {
+					return true
+				}
+				pr.handOut(m)
 				s.metrics.consumed(m)
 				if !yield(m, nil) {
 					return false
 				}
 			}
-			return true
 		}, func(err error) { yield(nil, err) })
 	}
 }
@@ -50,10 +56,17 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 			yield(nil, nilContext("Batches"))
 			return
 		}
+		pr := s.cfg.probes
 		s.pull(ctx, func() bool {
+			pr.hold()
 			f, from := s.del.hand.takeRest()
 			if f == nil {
 				return true
+			}
+			if pr != nil {
+				for i := from; i < f.n; i++ {
+					pr.handOut(f.at(i))
+				}
 			}
 			s.metrics.consumedPage(f, from)
 			return yield(&Batch{msgs: f.messages(from)}, nil)

@@ -26,6 +26,7 @@ const messagesBuffer = 64
 type delivery struct {
 	hand    *handoff
 	metrics *metrics
+	probes  *probeSet      // tests only (probe.go)
 	out     chan *Message  // dispatcher → consumer (Messages), messagesBuffer deliveries of one shard
 	fence   chan *fenceReq // fencers re-check the dispatcher's held delivery and buffer
 	// fenceSem: one fencer at a time; fencing: a fencer is at work, and the dispatcher, which
@@ -40,9 +41,9 @@ type delivery struct {
 	done   chan struct{} // closed when the dispatcher has returned (or will never run)
 }
 
-func newDelivery(hand *handoff, m *metrics, buffer int) *delivery {
+func newDelivery(hand *handoff, m *metrics, buffer int, p *probeSet) *delivery {
 	return &delivery{
-		hand: hand, metrics: m,
+		hand: hand, metrics: m, probes: p,
 		out:      make(chan *Message, buffer),
 		fence:    make(chan *fenceReq),
 		fenceSem: make(chan struct{}, 1),
@@ -153,8 +154,10 @@ func (dl *delivery) dispatch() {
 			}
 			d.outShard, d.outGen = pg.shard, pg.gen
 		}
+		dl.probes.hold()
 		select {
 		case dl.out <- d.held:
+			dl.probes.handOut(d.held)
 			dl.metrics.consumed(d.held)
 			d.held = nil
 			continue
@@ -162,6 +165,7 @@ func (dl *delivery) dispatch() {
 		}
 		select {
 		case dl.out <- d.held:
+			dl.probes.handOut(d.held)
 			dl.metrics.consumed(d.held)
 			d.held = nil
 		case req := <-dl.fence:

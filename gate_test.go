@@ -15,7 +15,7 @@ import (
 // pushed into hand.in come out of Messages unless their stamp is stale. Messages has room for buffer
 // deliveries; with none, the dispatcher holds the delivery the consumer has not taken.
 func newGateHarness(t *testing.T, buffer int) *delivery {
-	d := newDelivery(newHandoff(16), nil, buffer)
+	d := newDelivery(newHandoff(16), nil, buffer, nil)
 	d.messages()
 	t.Cleanup(d.stop)
 	return d

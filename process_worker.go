@@ -207,6 +207,9 @@ func (p *processor) call(j *runJob) (err error) {
 	if j.dead() {
 		return p.cfg.deadLetter(j.ctx, j.m, j.fail.lastErr)
 	}
+	pr := p.s.cfg.probes
+	pr.hold()
+	pr.handOut(j.m)
 	return p.handle(j.ctx, j.m)
 }
 

@@ -189,8 +189,10 @@ func (w *worker) awaitStart() bool {
 	if w.state() != stateStarting {
 		return w.state() == stateReading
 	}
+	w.env.cfg.probes.at("announcing", w.id, w.tenure)
 	for attempt := 0; w.announce; attempt++ {
 		if err := w.env.announce(w.readCtx); err == nil {
+			w.env.cfg.probes.at("announced", w.id, w.tenure)
 			break
 		} else if w.readCtx.Err() == nil {
 			w.env.report(&ShardError{Stream: w.env.stream, Shard: w.id, Op: OpSteal, Err: fmt.Errorf("change row not moved after the steal, reading waits: %w", err)})
@@ -247,10 +249,12 @@ func (w *worker) drain(expire bool) {
 		drain, cancel = context.WithTimeout(w.env.bgCtx, handBackDrain)
 		defer cancel()
 	}
+	w.env.cfg.probes.at("draining", w.id, w.tenure)
 	if n := w.out.count(); n > 0 {
 		until, _ := drain.Deadline()
 		w.log.Info("waiting for deliveries to be settled before the last checkpoint", "unsettled", n, "why", end.why, "until", until)
 		if !w.out.awaitZero(drain, w.lost) {
+			w.env.cfg.probes.at("gave-up", w.id, w.tenure)
 			w.log.Info("gave up waiting for deliveries to be settled: the next owner delivers them again",
 				"unsettled", w.out.count(), "why", end.why)
 		}

@@ -123,7 +123,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		changes:      changes,
 		subscribedAt: subscribedAt,
 		table:        newShardTable(cfg.startAt, subscribedAt),
-		del:          newDelivery(newHandoff(cfg.bufferPages), m, messagesBuffer),
+		del:          newDelivery(newHandoff(cfg.bufferPages), m, messagesBuffer, cfg.probes),
 		errs:         newReporter(),
 		failed:       make(chan error, 1),
 		done:         make(chan struct{}),
@@ -132,6 +132,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	s.seeker = &Seeker{s: s}
 	s.coord = newCoordinator(s)
 	s.tenure = newTenure(s.ownerKey(), cfg.leaseTTL, func() { s.loseAll("not renewed in time") })
+	s.tenure.probes = cfg.probes
 	if err := s.ensureStream(ctx); err != nil {
 		return nil, err
 	}

@@ -55,6 +55,8 @@ type tenure struct {
 
 	fireMu sync.Mutex // held by a firing deadline; stopped keeps later ones from acting
 	done   bool
+
+	probes *probeSet // tests only (probe.go)
 }
 
 func newTenure(key string, ttl time.Duration, expired func()) *tenure {
@@ -63,6 +65,7 @@ func newTenure(key string, ttl time.Duration, expired func()) *tenure {
 
 // fire is the deadline's function.
 func (t *tenure) fire() {
+	t.probes.hold()
 	t.fireMu.Lock()
 	defer t.fireMu.Unlock()
 	if !t.done {

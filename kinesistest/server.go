@@ -41,6 +41,7 @@ type Server struct {
 	done    chan struct{} // closed by Close: ends every subscription
 
 	subscriptions atomic.Int64 // SubscribeToShard streams being served
+	local         bool         // made by NewInProcess: no listener, clients served in-process
 
 	mu      sync.Mutex
 	streams map[string]*stream
@@ -122,6 +123,9 @@ func Start(opts ...Option) (*Server, error) {
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.done)
+		if s.local {
+			return
+		}
 		_ = s.srv.Close()
 		if s.plain != nil {
 			_ = s.plain.Close()
@@ -131,11 +135,14 @@ func (s *Server) Close() {
 }
 
 // CertificatePEM returns the server's self-signed certificate in PEM, for clients in other
-// processes or languages.
+// processes or languages; nil for a server made by NewInProcess, which has none.
 func (s *Server) CertificatePEM() []byte { return append([]byte(nil), s.certPEM...) }
 
 // HTTPClient returns a new HTTP client that trusts the server's certificate and speaks HTTP/2.
 func (s *Server) HTTPClient() *http.Client {
+	if s.local {
+		return &http.Client{Transport: transport{s}}
+	}
 	return &http.Client{Transport: &http.Transport{
 		TLSClientConfig:     &tls.Config{RootCAs: s.roots},
 		ForceAttemptHTTP2:   true,
@@ -148,6 +155,9 @@ func (s *Server) HTTPClient() *http.Client {
 // credentials and an HTTP client from HTTPClient. Use it to build clients with options of your
 // own (kinesis.NewFromConfig(cfg, ...)).
 func (s *Server) Config() aws.Config {
+	if s.local {
+		return s.inProcessConfig()
+	}
 	return aws.Config{
 		Region:       s.cfg.region,
 		BaseEndpoint: aws.String(s.URL),

@@ -1,0 +1,41 @@
+package kinesub
+
+import "github.com/gostream/kinesub/lease"
+
+// probeSet holds the points inside a subscriber where a test observes and steers it: the fleet
+// simulation (sim_test.go) holds a paused instance at them, so that what a paused process
+// would do late it does late here too, and records every delivery handed out and the lease
+// protocol's steps. They are nil in production: each call site costs a nil check.
+type probeSet struct {
+	// pause is called by the subscriber's own goroutines where a paused process would stand
+	// still: before a delivery is handed out (and before anything is checked for it), and
+	// before the readers' deadline acts (tenure.go). It returns once the instance may run.
+	pause func()
+	// handedOut is called for each delivery as it is handed to the consumer's code: yielded by
+	// All or Batches, sent into Messages, or passed to a Process handler.
+	handedOut func(m *Message)
+	// step is called at named steps of the lease protocol (see the call sites), in the
+	// goroutine that takes them.
+	step func(name, shard string, t lease.Tenure)
+}
+
+// withProbes installs p: tests only.
+func withProbes(p *probeSet) Option { return func(c *config) { c.probes = p } }
+
+func (p *probeSet) hold() {
+	if p != nil && p.pause != nil {
+		p.pause()
+	}
+}
+
+func (p *probeSet) handOut(m *Message) {
+	if p != nil && p.handedOut != nil {
+		p.handedOut(m)
+	}
+}
+
+func (p *probeSet) at(name, shard string, t lease.Tenure) {
+	if p != nil && p.step != nil {
+		p.step(name, shard, t)
+	}
+}

@@ -1,0 +1,659 @@
+package kinesub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/gostream/kinesub/internal/sim"
+	"github.com/gostream/kinesub/kinesistest"
+	"github.com/gostream/kinesub/lease"
+)
+
+// The fleet simulation: several subscribers of one kinesistest stream, sharing a lease table
+// through an adversarial layer, all in one testing/synctest bubble and driven by one seed. The
+// seed draws the fleet (instances, shards, consumer styles, clock skews) and its faults: lease
+// table latency, answers lost after a write was applied, writes applied after their sender
+// gave up, index listings that miss new rows, pauses of a whole instance, instances cut off or
+// crashed and restarted under the same owner name, clean closes at any moment (also between a
+// steal and its change-row bump) and reshards. sim.Checker checks the promises as the run
+// goes. A failure prints its seed and the command that replays it; a seed that once failed is
+// kept in simRegressionSeeds.
+//
+// Goroutines of different instances interleave as the Go scheduler runs them, so a seed fixes
+// the fleet and each instance's faults, call by call, but not every interleaving: a failing
+// seed replays its failure most of the time, not always (-sim.repeat runs it again and again).
+
+var (
+	simSeeds  = flag.Int("sim.seeds", 0, "TestSimulation: how many seeds to run after the regression seeds")
+	simFirst  = flag.Uint64("sim.first", 1, "TestSimulation: the first seed to run")
+	simSeed   = flag.Uint64("sim.seed", 0, "TestSimulation: run this one seed only")
+	simRepeat = flag.Int("sim.repeat", 1, "TestSimulation: run each seed this many times")
+	simLog    = flag.Bool("sim.log", false, "TestSimulation: log every run's schedule of events")
+)
+
+func TestSimulation(t *testing.T) {
+	var seeds []uint64
+	if *simSeed != 0 {
+		seeds = []uint64{*simSeed}
+	} else {
+		for _, r := range simRegressionSeeds {
+			seeds = append(seeds, r.seed)
+		}
+		for i := range uint64(*simSeeds) {
+			seeds = append(seeds, *simFirst+i)
+		}
+	}
+	for _, seed := range seeds {
+		for rep := range *simRepeat {
+			name := fmt.Sprintf("seed=%d", seed)
+			if *simRepeat > 1 {
+				name += fmt.Sprintf("/run=%d", rep)
+			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				synctest.Test(t, func(t *testing.T) { runSim(t, seed) })
+			})
+		}
+	}
+}
+
+// simProfile is the kind of trouble a seed brings: one kind at a time makes a failure easy to
+// read, and the quiet kinds let a run hold the fleet to its timings (crash failover).
+type simProfile int
+
+const (
+	profileCrash simProfile = iota // crashes, restarts and clean closes only: failover is timed
+	profileStore                   // a lease table that is slow, loses answers, applies writes late, lags in its index
+	profilePause                   // paused processes and skewed clocks
+	profileAll                     // all of it, and reshards
+	profiles
+)
+
+func (p simProfile) String() string {
+	return [...]string{"crash", "store", "pause", "all"}[p]
+}
+
+type simFleet struct {
+	t      *testing.T
+	seed   uint64
+	rng    *rand.Rand
+	prof   simProfile
+	srv    *kinesistest.Server
+	table  *sim.Table
+	check  *sim.Checker
+	stream string
+	ttl    time.Duration
+	slots  []*simInstance
+
+	mu       sync.Mutex
+	events   []string
+	next     int                  // records put so far
+	healed   bool                 // the faults ended
+	failover map[string]time.Time // shard → when its reader crashed, until read again
+	worst    time.Duration        // the longest crash failover
+	bg       sync.WaitGroup       // the fleet's own goroutines (resumes, closes, restarts)
+	zombies  []*Subscriber        // crashed instances' subscribers, closed at the end
+}
+
+// simInstance is one slot of the fleet: an instance that runs, crashes or closes, and starts
+// again under the same owner name (a new run).
+type simInstance struct {
+	f     *simFleet
+	slot  int
+	name  string // its WithOwner name
+	skew  time.Duration
+	style string
+
+	// mu is held while the instance crashes, closes or starts: a channel, not a sync.Mutex,
+	// so that a goroutine waiting for it is durably blocked and the bubble's clock moves on
+	// while the holder sleeps.
+	mu   chanMutex
+	runs int  // runs started
+	over bool // the simulation is closing: no more starts
+	cur  *simRun
+}
+
+// chanMutex is a mutex whose waiters are durably blocked in a synctest bubble.
+type chanMutex struct{ ch chan struct{} }
+
+func newChanMutex() chanMutex { return chanMutex{make(chan struct{}, 1)} }
+func (m chanMutex) Lock()     { m.ch <- struct{}{} }
+func (m chanMutex) Unlock()   { <-m.ch }
+
+// simRun is one run of an instance: one Subscribe, one owner name with its incarnation.
+type simRun struct {
+	in     *simInstance
+	label  string
+	gate   *sim.Gate
+	faults *sim.StoreFaults
+	sub    *Subscriber
+	stop   context.CancelFunc
+	done   chan struct{} // closed when its consumer returned
+}
+
+func runSim(t *testing.T, seed uint64) {
+	f := &simFleet{
+		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
+		stream: "sim", ttl: 3 * time.Second, table: sim.NewTable(), failover: map[string]time.Time{},
+	}
+	f.prof = simProfile(f.rng.IntN(int(profiles)))
+	f.check = sim.NewChecker(f.stream)
+	f.table.Applied = f.check.Applied
+	var err error
+	if f.srv, err = kinesistest.NewInProcess(); err != nil {
+		t.Fatal(err)
+	}
+	shards := 2 + f.rng.IntN(7)
+	if err := f.srv.CreateStream(context.Background(), f.stream, shards); err != nil {
+		t.Fatal(err)
+	}
+	n := 3 + f.rng.IntN(6)
+	f.logf("seed %d: profile %s, %d instances, %d shards", seed, f.prof, n, shards)
+	for i := range n {
+		in := &simInstance{f: f, slot: i, name: fmt.Sprintf("i%d", i), mu: newChanMutex()}
+		if f.prof == profilePause || f.prof == profileAll {
+			in.skew = time.Duration(f.rng.Int64N(int64(8*time.Second))) - 4*time.Second
+		}
+		in.style = [...]string{"messages", "all", "batches", "process"}[f.rng.IntN(4)]
+		f.slots = append(f.slots, in)
+		in.mu.Lock()
+		in.start()
+		in.mu.Unlock()
+	}
+
+	f.bg.Add(1)
+	produced := make(chan struct{})
+	go func() { // owned by the run: it waits for produced
+		defer f.bg.Done()
+		defer close(produced)
+		f.produce(25 * time.Second)
+	}()
+	f.trouble(25 * time.Second)
+	<-produced
+	f.heal()
+	f.settle(90 * time.Second)
+	f.closeAll()
+	f.bg.Wait()
+	f.table.Settle()
+	f.report()
+}
+
+func (f *simFleet) logf(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events = append(f.events, time.Now().UTC().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+}
+
+// start subscribes the instance anew (its first run, or a restart under the same name), with
+// in.mu held.
+func (in *simInstance) start() {
+	f := in.f
+	in.runs++
+	r := &simRun{in: in, label: fmt.Sprintf("%s.%d", in.name, in.runs), gate: &sim.Gate{}}
+	f.mu.Lock()
+	r.faults = sim.NewStoreFaults(f.seed*1009 + uint64(in.slot)*31 + uint64(in.runs))
+	if f.prof == profileStore || f.prof == profileAll {
+		r.faults.Latency = time.Duration(f.rng.Int64N(int64(400 * time.Millisecond)))
+		r.faults.Fail = f.rng.Float64() * 0.05
+		r.faults.Lost = f.rng.Float64() * 0.08
+		r.faults.Late = f.rng.Float64() * 0.15
+		r.faults.LateDelay = time.Duration(1+f.rng.IntN(2000)) * time.Millisecond
+		r.faults.IndexLag = time.Duration(f.rng.IntN(1500)) * time.Millisecond
+		r.faults.On.Store(!f.healed)
+	}
+	checkpointEvery := []time.Duration{0, 300 * time.Millisecond, time.Second}[f.rng.IntN(3)]
+	f.mu.Unlock()
+	store := &sim.Client{T: f.table, Name: in.name, Skew: in.skew, Gate: r.gate, Faults: r.faults}
+	cfg := f.srv.Config()
+	cfg.Credentials = aws.AnonymousCredentials{}
+	cfg.HTTPClient = &http.Client{Transport: &simTransport{base: f.srv.HTTPClient().Transport, f: f, gate: r.gate}}
+	pr := &probeSet{
+		pause:     r.gate.Hold,
+		handedOut: r.handedOut,
+		step:      r.step,
+	}
+	opts := []Option{
+		WithLeaseStore(store), WithOwner(in.name), WithLeaseTTL(f.ttl), WithPollInterval(time.Second),
+		WithShardSyncInterval(2 * time.Second), WithCheckpointInterval(checkpointEvery),
+		WithRequestTimeout(time.Second), WithInitialPosition(Horizon()), withProbes(pr),
+	}
+	for attempt := 0; ; attempt++ {
+		sub, err := Subscribe(context.Background(), kinesis.NewFromConfig(cfg), f.stream, opts...)
+		if err == nil {
+			r.sub = sub
+			break
+		}
+		if attempt == 50 {
+			f.t.Errorf("%s: Subscribe failed 50 times: %v", r.label, err)
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	f.logf("%s started as %s (%s, skew %v, checkpoint every %v)", r.label, r.sub.cfg.owner, in.style, in.skew, checkpointEvery)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.stop, r.done = cancel, make(chan struct{})
+	in.cur = r
+	go func() { // owned by the run: whoever ends it waits for done
+		defer close(r.done)
+		r.consume(ctx)
+	}()
+}
+
+// consume reads the run's subscription in the instance's style until it ends.
+func (r *simRun) consume(ctx context.Context) {
+	sub, f := r.sub, r.in.f
+	ack := func(m *Message) {
+		r.gate.Hold()
+		if r.gate.Dead() {
+			return
+		}
+		if m.Ack(ctx) == nil {
+			f.check.Acked(r.delivery(m))
+		}
+	}
+	switch r.in.style {
+	case "messages":
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m, ok := <-sub.Messages():
+				if !ok {
+					return
+				}
+				ack(m)
+			}
+		}
+	case "all":
+		for m, err := range sub.All(ctx) {
+			if err != nil {
+				return
+			}
+			ack(m)
+		}
+	case "batches":
+		for b, err := range sub.Batches(ctx) {
+			if err != nil {
+				return
+			}
+			for _, m := range b.Messages() {
+				ack(m)
+			}
+		}
+	case "process":
+		_ = sub.Process(ctx, func(_ context.Context, m *Message) error {
+			r.gate.Hold()
+			if !r.gate.Dead() {
+				f.check.Acked(r.delivery(m)) // Process acks it when the handler returns
+			}
+			return nil
+		}, WithConcurrency(4))
+	}
+}
+
+func (r *simRun) delivery(m *Message) sim.Delivery {
+	return sim.Delivery{Instance: r.label, Shard: m.ShardID(), Tenure: m.Tenure(),
+		At: lease.Checkpoint{Sequence: m.SequenceNumber(), SubSequence: int64(m.SubSequenceNumber())}, ID: string(m.Data())}
+}
+
+func (r *simRun) handedOut(m *Message) {
+	if r.gate.Dead() {
+		return // a crashed process hands nothing out
+	}
+	r.in.f.check.HandOut(r.delivery(m))
+}
+
+// step may pause, crash or close the instance at a step of the lease protocol: the moments a
+// random schedule seldom hits.
+func (r *simRun) step(name, shard string, t lease.Tenure) {
+	f, in := r.in.f, r.in
+	if r.gate.Dead() {
+		return
+	}
+	switch name {
+	case "draining":
+		f.check.Draining(shard, t)
+		return
+	case "gave-up":
+		f.check.GaveUp(shard, t)
+		return
+	}
+	f.mu.Lock()
+	x := f.rng.Float64()
+	f.mu.Unlock()
+	switch {
+	case x < 0.05 && (f.prof == profileCrash || f.prof == profileAll):
+		f.logf("%s: closed at %s of %s", r.label, name, shard)
+		f.bg.Add(1)
+		go func() { // owned by the fleet (bg)
+			defer f.bg.Done()
+			f.closeAndRestart(in, r)
+		}()
+	case x < 0.10 && (f.prof == profilePause || f.prof == profileAll):
+		d := time.Duration(f.rng.Int64N(int64(2 * f.ttl)))
+		f.logf("%s: paused at %s of %s for %v", r.label, name, shard, d)
+		f.pause(r, d)
+		r.gate.Hold()
+	case x < 0.13 && (f.prof == profileCrash || f.prof == profileAll):
+		f.logf("%s: crashed at %s of %s", r.label, name, shard)
+		f.crashAndRestart(in, r, f.ttl)
+	}
+}
+
+// produce puts records over d, two every 100ms, over 32 keys.
+func (f *simFleet) produce(d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		for range 2 {
+			f.mu.Lock()
+			id := fmt.Sprintf("r%05d", f.next)
+			f.next++
+			key := fmt.Sprintf("k%d", f.rng.IntN(32))
+			f.mu.Unlock()
+			if _, err := f.srv.Put(context.Background(), f.stream, key, []byte(id)); err != nil {
+				f.t.Errorf("put %s: %v", id, err)
+				continue
+			}
+			f.check.Put(id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// trouble runs the seed's events for d.
+func (f *simFleet) trouble(d time.Duration) {
+	end := time.Now().Add(d)
+	for {
+		f.mu.Lock()
+		wait := time.Duration(f.rng.Int64N(int64(3 * time.Second)))
+		x := f.rng.Float64()
+		in := f.slots[f.rng.IntN(len(f.slots))]
+		span := time.Duration(200+f.rng.IntN(int(3*f.ttl/time.Millisecond))) * time.Millisecond
+		f.mu.Unlock()
+		time.Sleep(wait)
+		if !time.Now().Before(end) {
+			return
+		}
+		in.mu.Lock()
+		r := in.cur
+		in.mu.Unlock()
+		if r == nil || r.gate.Dead() {
+			continue
+		}
+		switch f.prof {
+		case profileCrash:
+			f.crashOrClose(in, r, x)
+		case profileStore:
+			if x < 0.3 {
+				f.cut(r, span, x < 0.15)
+			}
+		case profilePause:
+			if x < 0.6 {
+				f.logf("%s paused for %v", r.label, span)
+				f.pause(r, span)
+			}
+		case profileAll:
+			switch {
+			case x < 0.2:
+				f.crashOrClose(in, r, x*5)
+			case x < 0.4:
+				f.logf("%s paused for %v", r.label, span)
+				f.pause(r, span)
+			case x < 0.55:
+				f.cut(r, span, x < 0.48)
+			case x < 0.65:
+				f.reshard()
+			}
+		}
+	}
+}
+
+func (f *simFleet) crashOrClose(in *simInstance, r *simRun, x float64) {
+	f.mu.Lock()
+	after := time.Duration(f.rng.Int64N(int64(2 * f.ttl)))
+	f.mu.Unlock()
+	if x < 0.5 {
+		f.logf("%s crashed", r.label)
+		f.crashAndRestart(in, r, after)
+		return
+	}
+	f.logf("%s closed", r.label)
+	f.bg.Add(1)
+	go func() { // owned by the fleet (bg)
+		defer f.bg.Done()
+		f.closeAndRestart(in, r)
+	}()
+}
+
+// crashAndRestart kills run r: it does nothing more, and the shards it read start their
+// failover clock; the instance starts again after a while, under the same name.
+func (f *simFleet) crashAndRestart(in *simInstance, r *simRun, after time.Duration) {
+	owner := r.sub.cfg.owner
+	if r.gate.Dead() {
+		return
+	}
+	r.gate.Crash()
+	r.stop()
+	f.mu.Lock()
+	f.zombies = append(f.zombies, r.sub)
+	for _, l := range f.table.Rows() {
+		shard, ok := strings.CutPrefix(l.Key, f.stream+"/")
+		if ok && !strings.HasPrefix(shard, "~") && l.Owner == owner && l.Checkpoint.Sequence != lease.ShardEnd {
+			f.failover[shard] = time.Now()
+		}
+	}
+	f.mu.Unlock()
+	f.bg.Add(1)
+	go func() { // owned by the fleet (bg)
+		defer f.bg.Done()
+		time.Sleep(after)
+		<-r.done
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if in.cur == r && !in.over {
+			in.start()
+		}
+	}()
+}
+
+// closeAndRestart closes run r cleanly, and starts the instance again at once (a deploy).
+func (f *simFleet) closeAndRestart(in *simInstance, r *simRun) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.cur != r || in.over || r.gate.Dead() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := r.sub.Close(ctx)
+	cancel()
+	if err != nil {
+		f.logf("%s: Close: %v", r.label, err)
+	}
+	r.stop()
+	<-r.done
+	in.start()
+}
+
+func (f *simFleet) pause(r *simRun, d time.Duration) {
+	r.gate.Pause()
+	f.bg.Add(1)
+	go func() { // owned by the fleet (bg)
+		defer f.bg.Done()
+		time.Sleep(d)
+		r.gate.Resume()
+	}()
+}
+
+func (f *simFleet) cut(r *simRun, d time.Duration, hang bool) {
+	f.logf("%s cut off for %v (hanging: %v)", r.label, d, hang)
+	r.gate.Cut(true, hang)
+	f.bg.Add(1)
+	go func() { // owned by the fleet (bg)
+		defer f.bg.Done()
+		time.Sleep(d)
+		r.gate.Cut(false, false)
+	}()
+}
+
+// reshard splits an open shard, or merges two adjacent ones.
+func (f *simFleet) reshard() {
+	ctx := context.Background()
+	cl := kinesis.NewFromConfig(f.srv.Config(), func(o *kinesis.Options) { o.Credentials = aws.AnonymousCredentials{} })
+	out, err := cl.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String(f.stream)})
+	if err != nil {
+		return
+	}
+	var open []string
+	for _, sh := range out.Shards {
+		if sh.SequenceNumberRange.EndingSequenceNumber == nil {
+			open = append(open, aws.ToString(sh.ShardId))
+		}
+	}
+	if len(open) == 0 || len(open) > 12 {
+		return
+	}
+	f.mu.Lock()
+	split := f.rng.IntN(2) == 0 || len(open) < 2
+	i := f.rng.IntN(len(open))
+	f.mu.Unlock()
+	if split {
+		f.logf("split %s", open[i])
+		_, _ = cl.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(f.stream), ShardToSplit: aws.String(open[i]),
+			NewStartingHashKey: aws.String("170141183460469231731687303715884105728")})
+		return
+	}
+	// Adjacent shards: the kinesistest server refuses others, which is fine.
+	j := (i + 1) % len(open)
+	f.logf("merge %s and %s", open[i], open[j])
+	_, _ = cl.MergeShards(ctx, &kinesis.MergeShardsInput{StreamName: aws.String(f.stream), ShardToMerge: aws.String(open[i]),
+		AdjacentShardToMerge: aws.String(open[j])})
+}
+
+// heal ends every fault: paused runs resume, cut ones reconnect, the lease table answers
+// well; crashed instances are restarted (or about to be).
+func (f *simFleet) heal() {
+	f.logf("faults end")
+	f.mu.Lock()
+	f.healed = true
+	f.mu.Unlock()
+	for _, in := range f.slots {
+		in.mu.Lock()
+		if r := in.cur; r != nil {
+			r.faults.On.Store(false)
+			r.gate.Cut(false, false)
+			r.gate.Resume()
+		}
+		in.mu.Unlock()
+	}
+}
+
+// settle waits, up to limit, for every record put to be delivered.
+func (f *simFleet) settle(limit time.Duration) {
+	end := time.Now().Add(limit)
+	for time.Now().Before(end) {
+		if len(f.check.Missing()) == 0 {
+			f.logf("everything delivered")
+			return
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// closeAll closes every run, the crashed ones' too.
+func (f *simFleet) closeAll() {
+	for _, in := range f.slots {
+		in.mu.Lock()
+		in.over = true
+		in.mu.Unlock()
+	}
+	f.bg.Wait() // restarts under way end first
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, in := range f.slots {
+		if r := in.cur; r != nil && !r.gate.Dead() {
+			_ = r.sub.Close(ctx)
+			r.stop()
+			<-r.done
+		}
+	}
+	for _, z := range f.zombies {
+		_ = z.Close(ctx)
+	}
+}
+
+func (f *simFleet) report() {
+	put, handed, again := f.check.Stats()
+	f.logf("put %d, handed out %d (%d again), slowest crash failover %v", put, handed, again, f.worst)
+	problems := f.check.Violations()
+	if missing := f.check.Missing(); len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("%d records never delivered after the faults ended: %s", len(missing), strings.Join(missing[:min(10, len(missing))], " ")))
+	}
+	if f.prof == profileCrash {
+		if limit := f.ttl + 2*time.Second; f.worst > limit {
+			problems = append(problems, fmt.Sprintf("a crashed instance's shard was read again after %v, above TTL + 2s (%v)", f.worst, limit))
+		}
+	}
+	if len(problems) == 0 && !*simLog {
+		return
+	}
+	f.mu.Lock()
+	events := strings.Join(f.events, "\n  ")
+	f.mu.Unlock()
+	if len(problems) == 0 {
+		f.t.Logf("seed %d:\n  %s", f.seed, events)
+		return
+	}
+	f.t.Errorf("seed %d broke the fleet's promises:\n  %s\nevents:\n  %s\nlease table:\n%s\nreplay: go test -run 'TestSimulation' -sim.seed=%d -sim.log -v .",
+		f.seed, strings.Join(problems[:min(20, len(problems))], "\n  "), events, f.table, f.seed)
+}
+
+// simTransport carries an instance's Kinesis calls through its gate, and times crash
+// failover: the first GetShardIterator for a shard whose reader crashed.
+type simTransport struct {
+	base http.RoundTripper
+	f    *simFleet
+	gate *sim.Gate
+}
+
+func (st *simTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := st.gate.Enter(r.Context()); err != nil {
+		return nil, err
+	}
+	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".GetShardIterator") && r.Body != nil {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var in struct{ ShardId string }
+		_ = json.Unmarshal(body, &in)
+		f := st.f
+		f.mu.Lock()
+		if since, ok := f.failover[in.ShardId]; ok {
+			delete(f.failover, in.ShardId)
+			f.worst = max(f.worst, time.Since(since))
+		}
+		f.mu.Unlock()
+	}
+	resp, err := st.base.RoundTrip(r)
+	st.gate.Leave()
+	return resp, err
+}
+
+// simRegressionSeeds are seeds that once broke a promise, run by every TestSimulation before
+// the others, with what they found.
+var simRegressionSeeds = []struct {
+	seed  uint64
+	found string
+}{}
