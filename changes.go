@@ -2,7 +2,6 @@ package kinesub
 
 import (
 	"context"
-	"sort"
 	"sync"
 	"time"
 
@@ -22,10 +21,10 @@ import (
 // lease is still taken within about a second, and a steady table costs one small read a second
 // instead of one read of every row.
 //
-// Crashes bump nothing, so each subscriber watches one peer's heartbeat row (the next live
-// owner by name, so that every live owner is watched by one other): it reads that row once the
-// expiry it last saw has passed, and bumps the change row for everyone when the row lapsed;
-// the claim round that follows deletes the row and takes over the leases bound to it.
+// Crashes bump nothing, so each subscriber watches a peer's heartbeat row (the next live owner
+// by name, so that every live owner is watched by another: reap.go): it reads that row every
+// TTL/3 and, once its counter stood still for reapAfter, takes the row over and bumps the change
+// row for everyone; the claim rounds that follow take over the leases bound to it.
 //
 // The change row needs a store that lists one stream's rows (lease.PrefixLister). With any
 // other store a subscriber reads the whole store every claim tick, as it always did.
@@ -112,9 +111,9 @@ func (s *Subscriber) bumpChanges(ctx context.Context) error {
 		return err
 	}
 	if l.Counter == 0 {
-		_, err = s.cfg.store.Acquire(cctx, c.key, s.cfg.owner, changeHold)
+		_, err = s.cfg.store.Acquire(cctx, c.key, s.tenure.owner(), changeHold)
 	} else {
-		_, err = s.cfg.store.Steal(cctx, c.key, s.cfg.owner, l.Counter, changeHold)
+		_, err = s.cfg.store.Steal(cctx, c.key, s.tenure.owner(), l.Counter, changeHold)
 	}
 	return err
 }
@@ -122,77 +121,34 @@ func (s *Subscriber) bumpChanges(ctx context.Context) error {
 // watch is what the coordinator knows about the lease table between claim rounds. Only the
 // coordinator's goroutine uses it.
 type watch struct {
-	read    bool      // no round has read the table yet, or the last one failed
-	change  int64     // the change row's counter as the last round read it
-	hungry  bool      // the last round left it below its share, or wanting free leases
-	due     time.Time // when a lease of a departed owner lapses; zero if none
-	peer    string    // the owner whose heartbeat row this subscriber watches, or ""
-	peerKey string    // its key
-	peerExp time.Time // its expiry as last read
+	read   bool  // no round has read the table yet, or the last one failed
+	change int64 // the change row's counter as the last round read it
+	hungry bool  // the last round left it below its share, or wanting free leases
 }
 
 // saw records what claim round v showed, and returns v.
-func (w *watch) saw(s *Subscriber, v *view) *view {
+func (w *watch) saw(v *view) *view {
 	if v == nil {
 		w.read = false
 		return nil
 	}
-	w.read, w.change, w.hungry, w.due = true, v.change, v.hungry, time.Time{}
-	var live []string
-	for o, l := range v.beats {
-		if l.Held(v.now) && o != s.cfg.owner {
-			live = append(live, o)
-		}
-	}
-	for _, l := range v.leases {
-		if l.Owner == s.cfg.owner || !l.Held(v.now) || v.beats[l.Owner].Held(v.now) {
-			continue
-		}
-		if w.due.IsZero() || l.Expiry.Before(w.due) {
-			w.due = l.Expiry
-		}
-	}
-	w.peer, w.peerKey = "", ""
-	if len(live) == 0 {
-		return v
-	}
-	sort.Strings(live)
-	w.peer = live[0]
-	for _, o := range live {
-		if o > s.cfg.owner {
-			w.peer = o
-			break
-		}
-	}
-	w.peerKey, w.peerExp = s.leaseKey(ownerRowPrefix+w.peer), v.beats[w.peer].Expiry
+	w.read, w.change, w.hungry = !v.unsure, v.change, v.hungry
 	return v
 }
 
 // stale reports whether a claim tick must read the lease table: see the top of this file.
-func (w *watch) stale(ctx context.Context, s *Subscriber) bool {
-	c := s.changes
-	now := time.Now()
-	if c == nil || !w.read || w.hungry || !w.due.IsZero() && now.After(w.due) {
+func (w *watch) stale(ctx context.Context, c *coordinator) bool {
+	s := c.s
+	if s.changes == nil || !w.read || w.hungry {
 		return true
 	}
-	if w.peerKey != "" && now.After(w.peerExp) {
-		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-		l, err := s.cfg.store.Read(cctx, w.peerKey)
-		cancel()
-		if err != nil {
-			return true
-		}
-		if l.Owner != w.peer || !l.Held(time.Now()) {
-			s.log.Info("peer's heartbeat lapsed", "owner", w.peer)
-			s.changed(ctx)
-			return true
-		}
-		w.peerExp = l.Expiry
+	if c.watchPeers(ctx) {
+		return true
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
 	sent := time.Now()
-	l, err := s.cfg.store.Read(cctx, c.key)
+	l, err := s.cfg.store.Read(cctx, s.changes.key)
 	if err != nil || l.Counter != w.change {
 		return true
 	}

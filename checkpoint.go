@@ -62,6 +62,14 @@ func (w *worker) setWritten(cp lease.Checkpoint) {
 	w.shown.Store(&cp)
 }
 
+// writeCheckpoint writes cp as the shard's checkpoint, conditional on its holding, and numbered
+// so that a write of this holding applied late changes nothing (lease.OrderedCheckpointer).
+// Called with the flush lock held.
+func (w *worker) writeCheckpoint(ctx context.Context, cp lease.Checkpoint) (bool, error) {
+	w.writes++
+	return w.env.checkpoint(ctx, w.key, w.tenureOf(), cp, w.writes)
+}
+
 // flush writes the watermark to the lease store if it moved since the last write. A fenced
 // write loses the shard and is not an error: the new owner replays. The write runs under ctx
 // and the request timeout, whichever ends first.
@@ -89,7 +97,7 @@ func (w *worker) flush(ctx context.Context) error {
 	if !dirty || cp.Sequence == "" || cp == w.written {
 		return nil
 	}
-	ok, err := env.store.Checkpoint(ctx, w.key, w.tenure, cp)
+	ok, err := w.writeCheckpoint(ctx, cp)
 	if err != nil {
 		w.mu.Lock()
 		w.dirty = true
@@ -108,18 +116,42 @@ func (w *worker) flush(ctx context.Context) error {
 	return nil
 }
 
-// retire writes a draining shard's last checkpoint and releases its lease.
+// retire writes a draining shard's last checkpoint and releases its lease. The checkpoint
+// write is tried again, within ctx, until it lands: the next owner resumes from it. A release
+// whose outcome is not known is resolved by a strong read.
 func (w *worker) retire(ctx context.Context, handedBack bool) error {
 	env := w.env
 	err := w.flush(ctx)
+	for attempt := 0; err != nil && w.state() == stateDraining && attempt < 3; attempt++ {
+		t := time.NewTimer(backoff(attempt))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		err = w.flush(ctx)
+	}
 	if w.state() != stateDraining {
 		return err // lost: the new owner replays from the last checkpoint
 	}
-	ok, rerr := env.store.Release(ctx, w.key, w.tenure)
+	if err != nil {
+		// The next owner delivers again what was acked since the last checkpoint that landed.
+		env.cfg.probes.at("final-checkpoint-failed", w.id, w.tenureOf())
+	}
+	t := w.tenureOf()
+	ok, rerr := env.store.Release(ctx, w.key, t)
+	if rerr != nil || !ok {
+		if l, err := env.store.Read(ctx, w.key); err == nil && releasedFrom(l, t) {
+			ok, rerr = true, nil // landed; its answer was lost
+		}
+	}
 	switch {
 	case rerr != nil:
 		err = errors.Join(err, &ShardError{Stream: env.stream, Shard: w.id, Op: OpRelease, Err: rerr})
-		w.moveTo(stateReleased, "release not written: the lease lapses after its TTL")
+		w.moveTo(stateReleased, "release not written: the lease stays bound here, and a later round takes it up again")
 	case !ok:
 		w.lose("release fenced")
 	default:
@@ -143,7 +175,7 @@ func (w *worker) releaseFinished() {
 	env := w.env
 	ctx, cancel := context.WithTimeout(env.bgCtx, env.cfg.requestTimeout)
 	defer cancel()
-	ok, err := env.store.Release(ctx, w.key, w.tenure)
+	ok, err := env.store.Release(ctx, w.key, w.tenureOf())
 	switch {
 	case err != nil:
 		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpRelease, Err: err})

@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,10 +12,36 @@ import (
 
 const claimParallel = 8 // lease writes in flight at once while claiming
 
+// A shard's lease is, at any time, in one of three forms:
+//
+//   - free: no owner (never taken, or released after its holder stopped reading and wrote its
+//     last checkpoint). Whoever takes it reads at once.
+//   - bound: an owner and no expiry: held while the owner's heartbeat row is its own (tenure.go).
+//     Only the owner reads it, and it bound the lease only once nobody else could be reading.
+//   - pending: an owner and a far expiry (pendingTTL): the owner took it from a holder that may
+//     still be reading (a steal for balance, or the takeover of another pending lease), moved
+//     the change row, and binds and reads it only stealWait later (shard.go, awaitStart).
+//
+// So a subscriber reads at once a lease it takes free, a lease bound to an owner whose heartbeat
+// row is gone or taken over (reap.go), and a lease bound to itself that it does not read (its
+// own take whose answer was lost, or a shard it gave up when its deadline passed). It waits
+// after taking any pending lease (its previous holder's victim may still read), and after a
+// steal for balance.
+
+// pendingTTL is the expiry a pending lease is written with: far enough that no clock reaches
+// it, so that no Acquire takes it as expired; pendingAt tells it from a real expiry.
+const pendingTTL = protocolTTL
+
+// pendingAt reports whether l is pending at now: held with an expiry decades away.
+func pendingAt(l lease.Lease, now time.Time) bool {
+	return l.Owner != "" && l.Expiry.After(now.Add(pendingTTL/2))
+}
+
 // claim reads the lease table, takes free leases (and those of owners that stopped) up to this
-// subscriber's fair share, hands back what it holds beyond it and, when balance is set, steals
-// one lease if it holds too few (see balance.go for the rules). It returns the round's view, or
-// nil when the shards or the leases could not be read.
+// subscriber's fair share, takes up the leases the table shows as its own that it does not
+// read, hands back what it holds beyond its share and, when balance is set, steals one lease if
+// it holds too few (see balance.go for the rules). It returns the round's view, or nil when the
+// shards or the leases could not be read.
 func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	s := c.s
 	if !s.table.isListed() {
@@ -27,30 +54,40 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		}
 		return nil
 	}
+	if err := s.guard(v.rows, v.now); err != nil {
+		s.loseAll("another lease protocol reads the stream")
+		s.fail(err)
+		return nil
+	}
+	me := s.tenure.owner()
 	c.checkHeld(v, sent)
-	c.reap(ctx, v)
+	c.settleOwners(ctx, v, me)
+	if !s.tenure.mayHandOut() {
+		return v // its deadline passed: it takes nothing until its shards were given up
+	}
+	c.reconcile(ctx, v, me)
 	planned := make(map[string]lease.Lease, len(v.leases))
 	for id, l := range v.leases {
-		if v.orphans[id] {
+		if v.dead[l.Owner] {
 			l.Owner, l.Expiry = "", time.Time{} // free: its owner stopped
 		}
 		planned[id] = l
 	}
-	in := &balanceIn{owner: s.cfg.owner, now: v.now, readable: v.readable, leases: planned, beats: v.beats,
+	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, beats: c.liveness(v, me),
 		local: s.table.states(v.readable)}
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
 	var mu sync.Mutex
 	taken := map[string]bool{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, claimParallel)
-	want := planTake(in, globalRand{})
+	want := planTake(in, s.cfg.probes.chooser())
 	for _, id := range want {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() { // owned by this round, which waits for it (wg)
 			defer wg.Done()
 			defer func() { <-sem }()
-			if c.take(ctx, id, c.howToTake(v, id)) {
+			if c.take(ctx, id, c.howToTake(v, id, me)) {
 				mu.Lock()
 				taken[id] = true
 				mu.Unlock()
@@ -59,14 +96,14 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	}
 	wg.Wait()
 	in.local, in.taken = s.table.states(v.readable), taken
-	p := planBalance(in, c.live, balance, globalRand{})
+	p := planBalance(in, c.live, balance, s.cfg.probes.chooser())
 	// Below its share, it reads every tick: leases to take may free up without a change-row
 	// bump (a peer that does not bump, or an owner that stopped).
 	owners, mine := in.counts()
 	v.hungry = len(taken) < len(want) || mine < len(in.readable)/in.sharers(owners)
 	c.live = p.live
 	c.handBack(p.handBack)
-	if p.steal != "" && c.take(ctx, p.steal, takeHow{steal: true, counter: p.counter, wait: true}) {
+	if p.steal != "" && c.take(ctx, p.steal, takeHow{steal: true, counter: p.counter, pending: true}) {
 		s.log.Info("lease taken over for balance", logShard, p.steal, "from", p.victim)
 	}
 	return v
@@ -80,7 +117,7 @@ func (c *coordinator) checkHeld(v *view, sent time.Time) {
 	ws, _ := s.table.held()
 	var lost []*worker
 	for _, w := range ws {
-		if l := v.leases[w.id]; l.Tenure() != w.tenure && !releasedFrom(l, w.tenure) {
+		if l, t := v.leases[w.id], w.tenureOf(); l.Tenure() != t && !releasedFrom(l, t) && !boundFrom(l, t) {
 			lost = append(lost, w)
 		}
 	}
@@ -98,68 +135,141 @@ func releasedFrom(l lease.Lease, t lease.Tenure) bool {
 	return l.Owner == "" && l.Counter == t.Counter+1
 }
 
-// reap deletes the heartbeat rows of other owners that expired: such an owner stopped reading
-// at least TTL/3 before (tenure.go), and once its row is gone it can never renew it, so the
-// leases bound to it are free to take over at once. It records in v which leases are bound to
-// an owner whose row is gone or released: the orphans.
-func (c *coordinator) reap(ctx context.Context, v *view) {
+// boundFrom reports whether l shows the binding of the pending holding t (shard.go, bind): the
+// same owner, no expiry, the one counter step the binding adds. A round that lists while the
+// binding's answer is on its way sees it.
+func boundFrom(l lease.Lease, t lease.Tenure) bool {
+	return l.Owner == t.Owner && l.Counter == t.Counter+1 && l.Expiry.IsZero()
+}
+
+// settleOwners works out, for every owner the round's leases name, whether it stopped: its
+// heartbeat row is absent (read on its own when the listing lacks it: an index listing may not
+// show a row just made), released or taken over. Rows that stood still for reapAfter are taken
+// over (reap.go). It records the owners that stopped in v.dead.
+func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 	s := c.s
-	dead := map[string]bool{}
-	reaped := false
+	v.dead = map[string]bool{}
+	keep := map[string]bool{}
 	for owner, hb := range v.beats {
+		keep[owner] = true
+		c.peers.observe(owner, hb, v.recv)
+	}
+	for _, l := range v.leases {
+		owner := l.Owner
+		if owner == "" || owner == me || keep[owner] {
+			continue
+		}
+		keep[owner] = true
+		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+		hb, err := s.cfg.store.Read(cctx, s.ownerKeyOf(owner))
+		if err == nil && hb.Owner == "" {
+			// Gone from this protocol's rows: a subscriber of kinesub 0.1 under that name?
+			var old lease.Lease
+			if old, err = s.cfg.store.Read(cctx, s.leaseKey(v1OwnerPrefix+owner)); err == nil {
+				err = s.guard([]lease.Lease{old}, time.Now())
+			}
+		}
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.report(&ShardError{Stream: s.stream, Op: OpReadLease, Err: fmt.Errorf("heartbeat of %s: %w", owner, err)})
+			}
+			v.unsure = true
+			continue // unknown: taken for live this round
+		}
+		c.peers.observe(owner, hb, time.Now())
+	}
+	for owner := range keep {
+		b := c.peers.seen[owner]
 		switch {
-		case owner == s.cfg.owner:
-		case hb.Owner != owner:
-			dead[owner] = true // released: its owner closed
-		case !hb.Held(v.now):
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-			ok, err := s.cfg.store.Delete(cctx, hb.Key, hb.Counter)
-			cancel()
-			switch {
-			case err != nil && ctx.Err() == nil:
-				s.report(&ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("lapsed heartbeat of %s: %w", owner, err)})
-			case ok:
-				s.log.Info("heartbeat of a stopped owner deleted: its shards are free", "owner", owner)
-				dead[owner] = true
-				reaped = true
+		case owner == me:
+		case b.gone(owner):
+			v.dead[owner] = true
+		case b.stillFor(time.Now()) >= reapAfter(s.cfg.leaseTTL):
+			if c.reap(ctx, owner, b) {
+				v.dead[owner] = true
 			}
 		}
 	}
-	v.orphans = map[string]bool{}
-	for id, l := range v.leases {
-		if l.Owner == "" || !l.Expiry.IsZero() || l.Owner == s.cfg.owner {
+	keep[me] = true
+	c.peers.forget(keep)
+}
+
+// liveness returns the heartbeat rows balancing counts owners by: one per owner whose row is its
+// own, without an expiry (live) or with one in the past (lapsed: it missed a renewal, as this
+// subscriber has seen).
+func (c *coordinator) liveness(v *view, me string) map[string]lease.Lease {
+	beats := map[string]lease.Lease{}
+	now := time.Now()
+	for owner, b := range c.peers.seen {
+		if owner == me || b.gone(owner) || v.dead[owner] {
 			continue
 		}
-		if _, ok := v.beats[l.Owner]; !ok || dead[l.Owner] {
-			v.orphans[id] = true
+		l := lease.Lease{Key: b.row.Key, Owner: owner, Counter: b.row.Counter}
+		if b.stillFor(now) >= c.s.cfg.leaseTTL/2 {
+			l.Expiry = v.now.Add(-time.Millisecond)
 		}
+		beats[owner] = l
 	}
-	if reaped {
-		s.changed(ctx)
+	return beats
+}
+
+// reconcile takes up what the table shows as this subscriber's and it does not read: its own
+// takes whose answers were lost, shards it gave up when its deadline passed, hand-backs whose
+// release did not land. A bound lease is read again at once (nobody else reads a lease bound
+// to a live owner); a pending one is waited for, as after a steal. Finished shards are
+// released. Whatever this puts it above its share, balancing hands back.
+func (c *coordinator) reconcile(ctx context.Context, v *view, me string) {
+	s := c.s
+	local := s.table.states(v.readable)
+	var ids []string
+	for id, l := range v.leases {
+		if l.Owner != me {
+			continue
+		}
+		if _, ok := local[id]; ok {
+			continue
+		}
+		if l.Checkpoint.Sequence == lease.ShardEnd {
+			if !s.table.holds(id) {
+				s.releaseKey(id, l.Tenure())
+			}
+			continue
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if !v.readable.has(id) {
+			continue
+		}
+		s.log.Info("lease held in the table but not read here: taken up", logShard, id)
+		c.take(ctx, id, takeHow{own: true, pending: pendingAt(v.leases[id], v.now)})
 	}
 }
 
-// takeHow is how a lease is taken: Acquire (free), Steal at counter (an orphan; with wait, a
-// live owner's, for balance), and with wait its previous reader may still read it, so the
-// shard is read only stealWait after the change row moved (shard.go, awaitStart).
+// takeHow is how a lease is taken: Acquire (free; own: already this subscriber's), Steal at
+// counter (an orphan, or with pending a live owner's for balance, or a pending lease whose
+// owner stopped). A pending take is read only stealWait after the change row moved (shard.go,
+// awaitStart).
 type takeHow struct {
 	steal   bool
 	counter int64
-	wait    bool
+	pending bool
+	own     bool
 }
 
 // howToTake says how to take the lease of shard id, which planTake chose.
-func (c *coordinator) howToTake(v *view, id string) takeHow {
+func (c *coordinator) howToTake(v *view, id, me string) takeHow {
 	l := v.leases[id]
 	switch {
-	case v.orphans[id]:
-		return takeHow{steal: true, counter: l.Counter}
-	case l.Owner == c.s.cfg.owner:
-		// Bound to this subscriber but not read here: a steal whose answer was lost, or a shard
-		// given up when the heartbeat row was lost. Whoever read it before may read it still.
-		return takeHow{wait: true}
+	case l.Owner == "":
+		return takeHow{}
+	case l.Owner == me:
+		return takeHow{own: true, pending: pendingAt(l, v.now)}
+	case v.dead[l.Owner]:
+		return takeHow{steal: true, counter: l.Counter, pending: pendingAt(l, v.now)}
 	}
-	return takeHow{}
+	return takeHow{} // shown free to planTake but held: the Acquire fails
 }
 
 // handBack hands the shards back cleanly: each drains, writes its checkpoint and releases
@@ -180,62 +290,65 @@ func (c *coordinator) handBack(ids []string) {
 	}
 }
 
-// take writes the lease, bound to this subscriber's heartbeat row (no TTL of its own), and,
-// when it wins, starts the shard's life.
+// take writes the lease, bound to this subscriber's heartbeat row (no TTL of its own) or
+// pending, and, when it wins, starts the shard's life. A write whose outcome is not known (an
+// error; or a refusal, which a retry of a write that landed also gets) is resolved by a strong
+// read: the lease as this write would have left it means it landed.
 func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 	s := c.s
+	me := s.tenure.owner()
 	key := s.leaseKey(id)
+	ttl := time.Duration(0)
+	if how.pending {
+		ttl = pendingTTL
+	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+	defer cancel()
 	var ok bool
 	var err error
 	if how.steal {
-		ok, err = s.cfg.store.Steal(cctx, key, s.cfg.owner, how.counter, 0)
+		ok, err = s.cfg.store.Steal(cctx, key, me, how.counter, ttl)
 	} else {
-		ok, err = s.cfg.store.Acquire(cctx, key, s.cfg.owner, 0)
+		ok, err = s.cfg.store.Acquire(cctx, key, me, ttl)
 	}
-	cancel()
-	if err != nil {
+	if err != nil && ctx.Err() == nil {
+		op := OpAcquire
+		if how.steal {
+			op = OpSteal
+		}
+		s.report(&ShardError{Stream: s.stream, Shard: id, Op: op, Err: err})
+	}
+	l, rerr := s.cfg.store.Read(cctx, key)
+	switch {
+	case rerr != nil:
+		// The holding is unknown: a later round finds the lease as it is, this subscriber's
+		// (reconcile) or not.
 		if ctx.Err() == nil {
-			op := OpAcquire
-			if how.steal {
-				op = OpSteal
-			}
-			s.report(&ShardError{Stream: s.stream, Shard: id, Op: op, Err: err})
+			s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpReadLease, Err: rerr})
 		}
 		return false
-	}
-	if !ok {
+	case l.Owner != me || pendingAt(l, time.Now()) != how.pending:
 		return false
+	case !ok && how.steal && l.Counter != how.counter+1:
+		return false // ours from another write: a later round takes it up
 	}
-	if how.steal {
-		s.cfg.probes.at("stolen", id, lease.Tenure{Owner: s.cfg.owner, Counter: how.counter + 1})
-	}
-	cctx, cancel = context.WithTimeout(ctx, s.cfg.requestTimeout)
-	l, err := s.cfg.store.Read(cctx, key)
-	cancel()
-	if err != nil {
-		// The holding is unknown, so it cannot be released: the next round finds it bound to
-		// this subscriber and takes it again (waiting, as for a steal).
-		s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpReadLease, Err: err})
-		return false
-	}
-	if l.Owner != s.cfg.owner {
-		return false
+	if how.pending {
+		s.cfg.probes.at("stolen", id, l.Tenure())
 	}
 	if l.Checkpoint.Sequence == lease.ShardEnd {
 		s.releaseKey(id, l.Tenure())
 		s.table.markFinished(id)
 		return false
 	}
-	return c.start(id, l, how.wait)
+	return c.start(id, l, how.pending)
 }
 
-// dropTaken gives up a lease just taken without reading its shard. A stolen one is left to
-// expire rather than released: its previous owner may still be reading, and a peer taking a
+// dropTaken gives up a lease just taken without reading its shard. A pending one is left
+// pending rather than released: its previous owner may still be reading, and a peer taking a
 // released lease reads at once.
-func (s *Subscriber) dropTaken(id string, t lease.Tenure, stolen bool) {
-	if stolen {
-		s.log.Info("stolen lease left to expire", logShard, id, "ttl", s.cfg.leaseTTL)
+func (s *Subscriber) dropTaken(id string, t lease.Tenure, pending bool) {
+	if pending {
+		s.log.Info("pending lease left pending", logShard, id)
 		return
 	}
 	s.releaseKey(id, t)
@@ -249,4 +362,22 @@ func (s *Subscriber) releaseKey(id string, t lease.Tenure) {
 		return
 	}
 	s.changed(ctx)
+}
+
+// shardIDs is a sorted list of shard ids.
+type shardIDs []string
+
+// has reports whether id is in the list.
+func (ids shardIDs) has(id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// isShardRow reports whether id (a lease key after "<stream>/") names a shard's lease.
+func isShardRow(id string) bool {
+	return !strings.HasPrefix(id, "~") && !otherProtocolRow.MatchString(id)
 }

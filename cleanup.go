@@ -3,9 +3,14 @@ package kinesub
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/gostream/kinesub/lease"
 )
+
+// staleOwnerTTLs is how many lease TTLs a heartbeat row of kinesub 0.1 must have been expired
+// before cleanup deletes it: its owner crashed or was cut off long ago.
+const staleOwnerTTLs = 10
 
 // cleanupGrace is how many shard-sync intervals a finished shard must have been missing from
 // the listing before its lease is deleted. A peer may still list the shard for up to one of
@@ -19,8 +24,9 @@ const cleanupGrace = 3
 //     trimmed, after the retention period; once it is unlisted, its children no longer wait
 //     for it (see blockingParent), so its checkpoint gates nothing. A listed shard's lease is
 //     never deleted.
-//   - the heartbeat rows of other owners, released or expired for staleOwnerTTLs lease TTLs:
-//     owners that crashed, or closed without deleting their row.
+//   - the heartbeat rows of other owners that were released (an owner that closed and could not
+//     delete its row) or that this subscriber took over (reap.go) and could not delete then;
+//     and those of kinesub 0.1 expired for staleOwnerTTLs lease TTLs.
 //
 // Every subscriber of the stream runs this after each shard-sync round, on the leases its
 // claim just read (v). Deletes are conditional on the counter seen there, so of several
@@ -32,6 +38,7 @@ func (c *coordinator) cleanup(ctx context.Context, v *view) {
 	s := c.s
 	type doomed struct {
 		shard, owner string // one of them: a shard's lease or an owner's heartbeat
+		key          string // the heartbeat row's
 		counter      int64
 	}
 	var del []doomed
@@ -55,16 +62,31 @@ func (c *coordinator) cleanup(ctx context.Context, v *view) {
 			del = append(del, doomed{shard: id, counter: l.Counter})
 		}
 	}
+	me := s.tenure.owner()
 	for owner, l := range v.beats {
-		if owner != s.cfg.owner && !l.Held(v.now) && v.now.Sub(l.Expiry) >= staleOwnerTTLs*s.cfg.leaseTTL {
-			del = append(del, doomed{owner: owner, counter: l.Counter})
+		switch {
+		case owner == me:
+		case l.Owner == "":
+			del = append(del, doomed{owner: owner, key: l.Key, counter: l.Counter})
+		case l.Owner == me: // taken over here; the release after it did not land
+			cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
+			if ok, err := s.cfg.store.Release(cctx, l.Key, l.Tenure()); err == nil && ok {
+				del = append(del, doomed{owner: owner, key: l.Key, counter: l.Counter + 1})
+			}
+			cancel()
+		}
+	}
+	prefix := s.stream + "/" + v1OwnerPrefix
+	for _, l := range v.rows {
+		if owner, ok := strings.CutPrefix(l.Key, prefix); ok && !l.Held(v.now) && v.now.Sub(l.Expiry) >= staleOwnerTTLs*s.cfg.leaseTTL {
+			del = append(del, doomed{owner: owner, key: l.Key, counter: l.Counter})
 		}
 	}
 
 	for _, d := range del {
-		key := s.leaseKey(d.shard)
-		if d.shard == "" {
-			key = s.leaseKey(ownerRowPrefix + d.owner)
+		key := d.key
+		if d.shard != "" {
+			key = s.leaseKey(d.shard)
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 		ok, err := s.cfg.store.Delete(cctx, key, d.counter)

@@ -28,18 +28,21 @@ func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
 			yield(nil, nilContext("All"))
 			return
 		}
-		pr := s.cfg.probes
-		s.pull(ctx, func() bool {
+		pr, h := s.cfg.probes, s.del.hand
+		s.pull(ctx, func() pullState {
 			for {
 				pr.hold()
-				m := s.del.hand.take()
+				if !h.ready(ctx, s.done) {
+					return pullEnded
+				}
+				m := h.take()
 				if m == nil {
-					return true
+					return pullWait
 				}
 				pr.handOut(m)
 				s.metrics.consumed(m)
 				if !yield(m, nil) {
-					return false
+					return pullLeft
 				}
 			}
 		}, func(err error) { yield(nil, err) })
@@ -56,12 +59,15 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 			yield(nil, nilContext("Batches"))
 			return
 		}
-		pr := s.cfg.probes
-		s.pull(ctx, func() bool {
+		pr, h := s.cfg.probes, s.del.hand
+		s.pull(ctx, func() pullState {
 			pr.hold()
-			f, from := s.del.hand.takeRest()
+			if !h.ready(ctx, s.done) {
+				return pullEnded
+			}
+			f, from := h.takeRest()
 			if f == nil {
-				return true
+				return pullWait
 			}
 			if pr != nil {
 				for i := from; i < f.n; i++ {
@@ -69,14 +75,26 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 				}
 			}
 			s.metrics.consumedPage(f, from)
-			return yield(&Batch{msgs: f.messages(from)}, nil)
+			if !yield(&Batch{msgs: f.messages(from)}, nil) {
+				return pullLeft
+			}
+			return pullWait
 		}, func(err error) { yield(nil, err) })
 	}
 }
 
-// pull runs a pull loop: drain takes and yields what the hand-off holds, reporting false once
-// the caller left the loop; it is called again after each new page. fail yields an error.
-func (s *Subscriber) pull(ctx context.Context, drain func() bool, fail func(error)) {
+// pullState is what a pull loop's drain reports.
+type pullState uint8
+
+const (
+	pullWait  pullState = iota // the hand-off's current page is done: wait for the next
+	pullLeft                   // the caller left the loop
+	pullEnded                  // ctx or the subscription ended while records were held back
+)
+
+// pull runs a pull loop: drain takes and yields what the hand-off holds, and says what follows;
+// it is called again after each new page. fail yields an error.
+func (s *Subscriber) pull(ctx context.Context, drain func() pullState, fail func(error)) {
 	select {
 	case <-s.del.hand.token:
 	default:
@@ -84,15 +102,21 @@ func (s *Subscriber) pull(ctx context.Context, drain func() bool, fail func(erro
 		return
 	}
 	defer func() { s.del.hand.token <- struct{}{} }()
-	for drain() {
-		if !s.del.hand.wait(ctx, s.done) {
-			if ctx.Err() == nil {
-				if err := s.Err(); err != nil {
-					fail(err)
-				}
-			}
+	for {
+		switch drain() {
+		case pullLeft:
 			return
+		case pullWait:
+			if s.del.hand.wait(ctx, s.done) {
+				continue
+			}
 		}
+		if ctx.Err() == nil {
+			if err := s.Err(); err != nil {
+				fail(err)
+			}
+		}
+		return
 	}
 }
 

@@ -22,12 +22,14 @@ const leasePoll = time.Second
 // of every shard it takes. Its fields belong to its goroutine (coordinate), except wake; what
 // others read of its work is in the shard table.
 type coordinator struct {
-	s     *Subscriber
-	wake  chan struct{}  // asks for an early claim round; safe from any goroutine
-	lives sync.WaitGroup // the life of every shard taken (shard.go); coordinate waits for them
-	live  map[string]bool
-	gone  map[string]time.Time // finished shard → first listing that lacked it (cleanup)
-	watch watch                // what the last claim round saw (changes.go)
+	s          *Subscriber
+	wake       chan struct{}  // asks for an early claim round; safe from any goroutine
+	lives      sync.WaitGroup // the life of every shard taken (shard.go); coordinate waits for them
+	live       map[string]bool
+	gone       map[string]time.Time // finished shard → first listing that lacked it (cleanup)
+	watch      watch                // what the last claim round saw (changes.go)
+	claimEvery time.Duration        // the claim tick
+	peers      peers                // what it saw of the other owners' heartbeat rows (reap.go)
 }
 
 func newCoordinator(s *Subscriber) *coordinator {
@@ -49,32 +51,32 @@ func (c *coordinator) coordinate(ctx context.Context) {
 	s := c.s
 	// The change row (changes.go) is read often enough that a released lease is taken within a
 	// second; the whole table is read when it moved.
-	claimEvery := min(s.cfg.shardSyncInterval, s.cfg.leaseTTL/3, leasePoll)
+	c.claimEvery = min(s.cfg.shardSyncInterval, s.cfg.leaseTTL/3, leasePoll)
 	syncT := time.NewTicker(s.cfg.shardSyncInterval)
-	claimT := time.NewTicker(claimEvery)
+	claimT := time.NewTicker(c.claimEvery)
 	balanceT := time.NewTicker(s.cfg.balanceInterval)
 	defer syncT.Stop()
 	defer claimT.Stop()
 	defer balanceT.Stop()
 	s.changed(ctx) // joined: peers count this subscriber at their next tick
 	c.syncShards(ctx)
-	c.watch.saw(s, c.claim(ctx, false))
+	c.watch.saw(c.claim(ctx, false))
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-syncT.C:
 			if c.syncShards(ctx) || s.changes == nil {
-				c.cleanup(ctx, c.watch.saw(s, c.claim(ctx, false)))
+				c.cleanup(ctx, c.watch.saw(c.claim(ctx, false)))
 			}
 		case <-claimT.C:
-			if c.watch.stale(ctx, s) {
-				c.watch.saw(s, c.claim(ctx, false))
+			if c.watch.stale(ctx, c) {
+				c.watch.saw(c.claim(ctx, false))
 			}
 		case <-c.wake:
-			c.watch.saw(s, c.claim(ctx, false))
+			c.watch.saw(c.claim(ctx, false))
 		case <-balanceT.C:
-			v := c.watch.saw(s, c.claim(ctx, true))
+			v := c.watch.saw(c.claim(ctx, true))
 			if s.changes != nil {
 				c.cleanup(ctx, v)
 			}
@@ -136,15 +138,18 @@ func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, erro
 
 // view is one round's picture of the stream's shards and their leases.
 type view struct {
-	now      time.Time
-	leases   map[string]lease.Lease // by shard id
-	beats    map[string]lease.Lease // heartbeat rows by owner
-	readable []string               // shards that may be read now: not finished, parents done
+	now      time.Time              // when the listing was sent (this host's wall clock)
+	recv     time.Time              // when it arrived
+	rows     []lease.Lease          // every row of the stream, as listed
+	leases   map[string]lease.Lease // shard leases by shard id
+	beats    map[string]lease.Lease // this protocol's heartbeat rows by owner
+	readable shardIDs               // shards that may be read now: not finished, parents done
 	change   int64                  // the change row's counter, read before the rest; -1: no change row
-	// orphans are shards whose lease is bound to a heartbeat row that is gone or released: its
-	// owner stopped reading, and the lease is taken over (Steal, at its counter) and read at once.
-	orphans map[string]bool
-	hungry  bool // the round left this subscriber below its share, or wanting free leases
+	// dead are the owners whose heartbeat row is gone, released or taken over: they stopped
+	// reading, and the leases bound to them are taken at once (claim.go).
+	dead   map[string]bool
+	unsure bool // an owner's heartbeat row could not be read: the round's picture is partial
+	hungry bool // the round left this subscriber below its share, or wanting free leases
 }
 
 // look reads the stream's rows of the lease table and works out which shards can be read. It
@@ -165,6 +170,7 @@ func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err er
 		change = l.Counter
 	}
 	var all []lease.Lease
+	listed := time.Now()
 	if s.changes != nil {
 		all, err = s.changes.lister.ListPrefix(cctx, s.stream+"/")
 	} else {
@@ -173,19 +179,20 @@ func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err er
 	if err != nil {
 		return nil, sent, err
 	}
-	v = &view{now: time.Now(), change: change, leases: make(map[string]lease.Lease), beats: make(map[string]lease.Lease)}
+	v = &view{now: listed, recv: time.Now(), change: change, leases: make(map[string]lease.Lease), beats: make(map[string]lease.Lease)}
 	prefix := s.stream + "/"
 	for _, l := range all {
 		id, ok := strings.CutPrefix(l.Key, prefix)
 		if !ok {
 			continue
 		}
+		v.rows = append(v.rows, l)
 		if owner, ok := ownerOf(id); ok {
 			v.beats[owner] = l
 			continue
 		}
-		if id == changesRow {
-			continue
+		if !isShardRow(id) {
+			continue // the change row, another protocol's rows
 		}
 		v.leases[id] = l
 	}
@@ -232,23 +239,23 @@ func (t *shardTable) blockingParent(v *view, id string) string {
 }
 
 // start registers the shard of lease l, just taken, and starts its life, reporting whether it
-// did; acquired is when the taking write was sent. A stolen shard's reader waits stealWait
-// first, so that the previous owner has stopped reading, even one whose renewals fail or hang,
-// and the two never read the shard at once.
-func (c *coordinator) start(id string, l lease.Lease, stolen bool) bool {
+// did. A pending lease's reader waits stealWait first and then binds the lease (shard.go), so
+// that the previous owner has stopped reading, even one whose renewals fail or hang, and the two
+// never read the shard at once.
+func (c *coordinator) start(id string, l lease.Lease, pending bool) bool {
 	s := c.s
-	w := newWorker(s.env, id, l, stolen)
+	w := newWorker(s.env, id, l, pending)
 	if !s.table.register(w, l.Checkpoint, s.initial()) {
 		w.cancelRead()
-		s.dropTaken(id, l.Tenure(), stolen)
+		s.dropTaken(id, l.Tenure(), pending)
 		return false
 	}
 	if l.Checkpoint.Sequence == "" {
 		pos := w.start
 		w.markAt = &pos // the reader records where it opened (see reader.mark)
 	}
-	w.log.Info("lease taken", "checkpoint", l.Checkpoint.Sequence, "start", w.start.String())
-	s.metrics.leaseTaken(id, stolen)
+	w.log.Info("lease taken", "checkpoint", l.Checkpoint.Sequence, "start", w.start.String(), "pending", pending)
+	s.metrics.leaseTaken(id, pending)
 	c.lives.Add(1)
 	go func() { // owned by the coordinator, which waits for it (lives)
 		defer c.lives.Done()

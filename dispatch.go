@@ -155,6 +155,18 @@ func (dl *delivery) dispatch() {
 			d.outShard, d.outGen = pg.shard, pg.gen
 		}
 		dl.probes.hold()
+		if t := dl.hand.tenure; !t.mayHandOut() {
+			// The lease deadline passed: nothing goes out until every shard held was given up,
+			// which makes held stale (a fence drops it).
+			select {
+			case req := <-dl.fence:
+				if d.answer(req) {
+					return
+				}
+			case <-t.whenRevived():
+			}
+			continue
+		}
 		select {
 		case dl.out <- d.held:
 			dl.probes.handOut(d.held)

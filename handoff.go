@@ -15,12 +15,33 @@ import (
 // stale. A drain waiting for the consumer to settle what it holds (a hand-back, Close) moves
 // the gate first and then reads the count: of the two, one sees the other's write, so either
 // the pull finds the delivery stale or the drain counts it. No lock is taken per record.
+//
+// Nothing is handed out once the subscriber's lease deadline has passed (tenure.go), whatever
+// the generation gates say: a process paused past the deadline may run its consumer before the
+// timer that gives its shards up. A pull waits (ready) until every shard held then was given
+// up; their deliveries are stale by then.
 type handoff struct {
-	in    chan *fetched // readers → consumer, a page at a time
-	token chan struct{} // holds one token; the consumer pulling has taken it
+	in     chan *fetched // readers → consumer, a page at a time
+	token  chan struct{} // holds one token; the consumer pulling has taken it
+	tenure *tenure       // the deadline; nil in tests of the hand-off alone
 
 	rest *fetched // the current page: one shard, one generation; owned by the token's holder
 	next int      // rest's deliveries from next on are left to pull
+}
+
+// ready blocks while the lease deadline forbids handing records out, and reports false when ctx
+// or stop ended first.
+func (h *handoff) ready(ctx context.Context, stop <-chan struct{}) bool {
+	for !h.tenure.mayHandOut() {
+		select {
+		case <-h.tenure.whenRevived():
+		case <-ctx.Done():
+			return false
+		case <-stop:
+			return false
+		}
+	}
+	return true
 }
 
 func newHandoff(pages int) *handoff {

@@ -5,25 +5,46 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
 	"github.com/gostream/kinesub/lease"
 )
 
-// Every subscriber keeps a heartbeat row in the lease table, "<stream>/~owner/<owner>": a lease
-// it takes at start, renews every TTL/3 (tenure.go) and deletes at Close. Its shard leases are
-// bound to it (tenure.go). Peers count an owner live while its row is unexpired, so an owner
-// that holds no shard yet counts toward the fair share at once: the others hand shards back to
-// it rather than leaving it to steal them one by one. Shard ids never contain '/', so no
-// heartbeat key can be a shard's.
-const ownerRowPrefix = "~owner/"
+// Every subscriber keeps a heartbeat row in the lease table, "<stream>/~v2/owner/<owner>": a
+// lease it takes when it joins, renews every TTL/3 by moving its counter (tenure.go) and deletes
+// at Close. Its shard leases are bound to it (tenure.go). Peers count an owner live while its
+// row is its own, so an owner that holds no shard yet counts toward the fair share at once: the
+// others hand shards back to it rather than leaving it to steal them one by one. A peer that
+// has seen the row's counter stand still for longer than its owner may read without renewing
+// it takes the row over (reap.go), which frees the shards bound to it. Shard ids never contain
+// '/', so no heartbeat key can be a shard's.
+const ownerRowPrefix = "~v2/owner/"
 
-// staleOwnerTTLs is how many lease TTLs a heartbeat row must have been expired before
-// cleanup deletes it: its owner crashed or was cut off long ago.
-const staleOwnerTTLs = 10
+// Rows of other lease protocols, which subscribers of this one refuse to share a stream with
+// (guard):
+//
+//   - v1OwnerPrefix: the heartbeat rows of kinesub 0.1, renewed without moving their counter and
+//     taken as lapsed by comparing expiries across hosts' clocks.
+//   - otherOwnerRow: the heartbeat rows of later protocols ("~v3/owner/…").
+//   - protocolRow: the row that marks the stream's lease protocol. Subscribers of this protocol
+//     hold it, with an expiry far off, under a name of the protocol's; 0.1 refuses a stream one
+//     of whose shard-like rows is held with an expiry, so it refuses to start beside them.
+//     Later protocols hold a row of their own ("kinesub-lease-protocol-3"…).
+const (
+	v1OwnerPrefix = "~owner/"
+	protocolRow   = "kinesub-lease-protocol-2"
+	protocolOwner = "kinesub lease protocol 2"
+	protocolTTL   = 100 * 365 * 24 * time.Hour
+)
 
-func (s *Subscriber) ownerKey() string { return s.leaseKey(ownerRowPrefix + s.cfg.owner) }
+var (
+	otherOwnerRow    = regexp.MustCompile(`^~v[0-9]+/owner/`)
+	otherProtocolRow = regexp.MustCompile(`^kinesub-lease-protocol-[0-9]+$`)
+)
+
+func (s *Subscriber) ownerKeyOf(owner string) string { return s.leaseKey(ownerRowPrefix + owner) }
 
 // ownerOf returns the owner whose heartbeat row has key id (the lease key without
 // "<stream>/"), and whether id is a heartbeat row at all.
@@ -32,13 +53,13 @@ func ownerOf(id string) (string, bool) { return strings.CutPrefix(id, ownerRowPr
 // dropHeartbeat releases the heartbeat row, so that peers stop counting this owner at once,
 // then deletes it.
 func (s *Subscriber) dropHeartbeat(ctx context.Context) error {
-	key := s.ownerKey()
+	name, key := s.tenure.self()
 	l, err := s.cfg.store.Read(ctx, key)
 	if err != nil {
 		return &ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: fmt.Errorf("read: %w", err)}
 	}
-	if l.Owner != s.cfg.owner {
-		return nil // gone, or taken by another process under the same owner name
+	if l.Owner != name {
+		return nil // taken over by a peer (this subscriber was taken for dead) or gone
 	}
 	ok, err := s.cfg.store.Release(ctx, key, l.Tenure())
 	if err != nil {
@@ -62,33 +83,56 @@ func incarnation() string {
 	return hex.EncodeToString(b[:])
 }
 
-// checkPeers refuses a lease table where subscribers of an earlier kinesub hold shards of the
-// stream: they renew every shard lease on its own, with an expiry, where these bind them to a
-// heartbeat row; the two protocols cannot share a table (see docs/leases.md, "Upgrading").
+// checkPeers marks the stream's rows as this protocol's, then refuses a lease table where
+// subscribers of another lease protocol read the stream (guard). The mark comes first: a
+// subscriber of kinesub 0.1 that starts from then on refuses to run beside this one.
 func (s *Subscriber) checkPeers(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
-	prefix := s.stream + "/"
+	if _, err := s.cfg.store.Acquire(cctx, s.leaseKey(protocolRow), protocolOwner, protocolTTL); err != nil {
+		return fmt.Errorf("kinesub: lease store: %w", err)
+	}
 	var rows []lease.Lease
 	var err error
 	if pl, ok := s.cfg.store.(lease.PrefixLister); ok {
-		rows, err = pl.ListPrefix(cctx, prefix)
+		rows, err = pl.ListPrefix(cctx, s.stream+"/")
 	} else {
 		rows, err = s.cfg.store.List(cctx)
 	}
 	if err != nil {
 		return fmt.Errorf("kinesub: lease store: %w", err)
 	}
-	now := time.Now()
+	return s.guard(rows, time.Now())
+}
+
+// guard reports, wrapping ErrIncompatibleLeaseTable, a row of rows (the stream's, read at now)
+// that shows a live subscriber of another lease protocol: a heartbeat row of kinesub 0.1 or of
+// a later protocol, another protocol's mark, or a shard lease held with an expiry of its own
+// (as before 0.1). Such subscribers take this protocol's leases for abandoned, and this one
+// theirs, so the two never share a stream: Subscribe refuses to start beside them, and a
+// running subscriber that finds one stops (the claim rounds check every listing).
+func (s *Subscriber) guard(rows []lease.Lease, now time.Time) error {
+	prefix := s.stream + "/"
 	for _, l := range rows {
 		id, ok := strings.CutPrefix(l.Key, prefix)
-		if !ok || strings.HasPrefix(id, "~") { // heartbeat and change rows have expiries in both
+		if !ok || l.Owner == "" {
 			continue
 		}
-		if l.Held(now) && !l.Expiry.IsZero() {
-			return fmt.Errorf("%w: %q holds shard %s of stream %s with a lease it renews on its own; stop every instance of the earlier version before starting this one, or give this one a new lease table",
-				ErrIncompatibleLeaseTable, l.Owner, id, s.stream)
+		var what string
+		switch {
+		case strings.HasPrefix(id, v1OwnerPrefix) && l.Held(now):
+			what = fmt.Sprintf("subscriber %q of kinesub 0.1 (heartbeat row %s)", l.Owner, id)
+		case otherOwnerRow.MatchString(id) && !strings.HasPrefix(id, ownerRowPrefix):
+			what = fmt.Sprintf("subscriber %q of another lease protocol (heartbeat row %s)", l.Owner, id)
+		case otherProtocolRow.MatchString(id) && id != protocolRow && l.Held(now):
+			what = fmt.Sprintf("another lease protocol (%s)", id)
+		case !strings.HasPrefix(id, "~") && !otherProtocolRow.MatchString(id) && !pendingAt(l, now) && !l.Expiry.IsZero() && l.Held(now):
+			what = fmt.Sprintf("subscriber %q of a kinesub before 0.1, renewing shard %s's lease on its own", l.Owner, id)
+		default:
+			continue
 		}
+		return fmt.Errorf("%w: %s reads stream %s; stop every instance of the other version before starting this one, or give this one a new lease table (docs/leases.md, \"Upgrading\")",
+			ErrIncompatibleLeaseTable, what, s.stream)
 	}
 	return nil
 }

@@ -129,6 +129,22 @@ func (c meteredStore) Checkpoint(ctx context.Context, key string, t lease.Tenure
 	return ok, err
 }
 
+// checkpoint writes a shard's checkpoint: as the holding's write number n when the store
+// keeps a holding's writes in order (lease.OrderedCheckpointer), with Checkpoint otherwise.
+// Counted as lease.Checkpoint either way.
+func (c meteredStore) checkpoint(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
+	o, ordered := c.s.(lease.OrderedCheckpointer)
+	if !ordered {
+		return c.Checkpoint(ctx, key, t, cp)
+	}
+	ctx = c.m.leaseCapacity(ctx, "lease.Checkpoint")
+	start := time.Now()
+	ok, err := o.CheckpointOrdered(ctx, key, t, cp, n)
+	c.m.req.record(ctx, "lease.Checkpoint", start, err)
+	c.m.checkpointWritten(ctx, strings.TrimPrefix(key, c.prefix), ok, err)
+	return ok, err
+}
+
 func (c meteredStore) Read(ctx context.Context, key string) (lease.Lease, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Read")
 	start := time.Now()

@@ -349,4 +349,4 @@ func (o *outstanding) awaitZero(ctx context.Context, stop <-chan struct{}) bool 
 }
 
 // tenureOf returns the holding a shard's writes are conditional on.
-func (w *worker) tenureOf() lease.Tenure { return w.tenure }
+func (w *worker) tenureOf() lease.Tenure { return *w.tenure.Load() }

@@ -22,7 +22,8 @@ type Option func(*config)
 
 type config struct {
 	store              lease.Store
-	owner              string
+	owner              string // WithOwner's name with this process's incarnation: the first heartbeat row's
+	ownerBase          string // WithOwner's name
 	batchSize          int
 	pollInterval       time.Duration
 	shardSyncInterval  time.Duration

@@ -17,6 +17,26 @@ type probeSet struct {
 	// step is called at named steps of the lease protocol (see the call sites), in the
 	// goroutine that takes them.
 	step func(name, shard string, t lease.Tenure)
+	// incarnation names this process's holdings in place of a random name, and choose draws
+	// the balancing's random choices: a simulation replays what a seed drew.
+	incarnation func() string
+	choose      chooser
+}
+
+// newIncarnation returns a name for a new holding of this subscriber (heartbeat.go).
+func (p *probeSet) newIncarnation() string {
+	if p != nil && p.incarnation != nil {
+		return p.incarnation()
+	}
+	return incarnation()
+}
+
+// chooser returns the source of balancing's random choices.
+func (p *probeSet) chooser() chooser {
+	if p != nil && p.choose != nil {
+		return p.choose
+	}
+	return globalRand{}
 }
 
 // withProbes installs p: tests only.

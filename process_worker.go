@@ -123,8 +123,16 @@ func (p *processor) work() {
 		acks = acks[:0]
 		for i := range run {
 			j := &run[i]
+			// Nothing starts once the lease deadline passed, until every shard held then was
+			// given up: its jobs are stale by then.
+			p.s.cfg.probes.hold()
+			waited := !p.s.tenure.mayHandOut()
+			if waited && !p.s.del.hand.ready(p.ctx, p.s.done) {
+				j.result = result{skipped: true}
+				continue
+			}
 			// The first was checked as it was taken; the others are checked as they start.
-			if i > 0 && j.m.stale() {
+			if (i > 0 || waited) && j.m.stale() {
 				j.result = result{skipped: true}
 				continue
 			}
@@ -207,9 +215,7 @@ func (p *processor) call(j *runJob) (err error) {
 	if j.dead() {
 		return p.cfg.deadLetter(j.ctx, j.m, j.fail.lastErr)
 	}
-	pr := p.s.cfg.probes
-	pr.hold()
-	pr.handOut(j.m)
+	p.s.cfg.probes.handOut(j.m)
 	return p.handle(j.ctx, j.m)
 }
 

@@ -157,7 +157,7 @@ func (r *reader) mark() {
 		return
 	}
 	cp := lease.Checkpoint{Sequence: m}
-	ok, err := env.store.Checkpoint(ctx, w.key, w.tenure, cp)
+	ok, err := w.writeCheckpoint(ctx, cp)
 	switch {
 	case err != nil:
 		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
@@ -404,7 +404,7 @@ func (r *reader) finish() bool {
 		return false
 	}
 	end := lease.Checkpoint{Sequence: lease.ShardEnd}
-	ok, err := env.store.Checkpoint(ctx, w.key, w.tenure, end)
+	ok, err := w.writeCheckpoint(ctx, end)
 	if err != nil {
 		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpCheckpoint, Err: err})
 		r.isOpen = false // the shard's end is found again after the backoff

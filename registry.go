@@ -123,6 +123,13 @@ func (t *shardTable) forget(w *worker) {
 	}
 }
 
+// holds reports whether shard id is held here.
+func (t *shardTable) holds(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.workers[id] != nil
+}
+
 // markFinished records that shard id was read to its end.
 func (t *shardTable) markFinished(id string) {
 	t.mu.Lock()

@@ -35,6 +35,9 @@ type shardEnv struct {
 	announce  func(context.Context) error // bumps it, and says whether it did
 	fence     func()                      // fences the Messages dispatcher (dispatch.go)
 	fail      func(error)                 // ends the subscription with a fatal error
+	// checkpoint writes a checkpoint, numbered within its holding when the store keeps them in
+	// order (meteredStore.checkpoint).
+	checkpoint func(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error)
 	forget    func(w *worker)             // the shard's life is over (coordinator.go)
 	source    func(w *worker) shardSource
 }
@@ -47,8 +50,8 @@ func (env *shardEnv) loggerFor(id string) *slog.Logger { return env.log.With(log
 type worker struct {
 	env    *shardEnv
 	id     string
-	key    string       // its lease's key
-	tenure lease.Tenure // the holding this subscriber's writes to the lease are conditional on
+	key    string                       // its lease's key
+	tenure atomic.Pointer[lease.Tenure] // the holding its writes to the lease are conditional on: tenureOf
 	log    *slog.Logger
 	stats  *shardStats
 
@@ -87,6 +90,7 @@ type worker struct {
 
 	// Checkpoint writes (checkpoint.go).
 	flushSem    chan struct{}    // held while a checkpoint write runs; waits end with ctx
+	writes      int64            // checkpoint writes sent in this holding (lease.OrderedCheckpointer); under flushSem
 	written     lease.Checkpoint // the newest checkpoint in the store, as far as this worker knows
 	shown       atomic.Pointer[lease.Checkpoint]
 	checkpoints atomic.Int64
@@ -113,7 +117,6 @@ func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
 		env:         env,
 		id:          id,
 		key:         l.Key,
-		tenure:      l.Tenure(),
 		log:         env.loggerFor(id),
 		stats:       env.metrics.shard(id),
 		work:        newWork(0),
@@ -125,6 +128,8 @@ func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
 		seekNote:    make(chan struct{}, 1),
 		flushSem:    make(chan struct{}, 1),
 	}
+	t := l.Tenure()
+	w.tenure.Store(&t)
 	w.st.Store(uint32(stateReading))
 	if stolen {
 		w.st.Store(uint32(stateStarting))
@@ -142,7 +147,9 @@ func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
 func (w *worker) life() {
 	defer w.env.forget(w)
 	read := w.awaitStart()
-	if d := w.env.cfg.checkpointInterval; d > 0 {
+	// The flusher starts once the holding is settled (a pending lease binds in awaitStart):
+	// nothing is fetched, so nothing is written, before.
+	if d := w.env.cfg.checkpointInterval; d > 0 && read {
 		go w.flushEvery(d) // owned by life, which waits for flusherDone
 	} else {
 		close(w.flusherDone)
@@ -189,10 +196,10 @@ func (w *worker) awaitStart() bool {
 	if w.state() != stateStarting {
 		return w.state() == stateReading
 	}
-	w.env.cfg.probes.at("announcing", w.id, w.tenure)
+	w.env.cfg.probes.at("announcing", w.id, w.tenureOf())
 	for attempt := 0; w.announce; attempt++ {
 		if err := w.env.announce(w.readCtx); err == nil {
-			w.env.cfg.probes.at("announced", w.id, w.tenure)
+			w.env.cfg.probes.at("announced", w.id, w.tenureOf())
 			break
 		} else if w.readCtx.Err() == nil {
 			w.env.report(&ShardError{Stream: w.env.stream, Shard: w.id, Op: OpSteal, Err: fmt.Errorf("change row not moved after the steal, reading waits: %w", err)})
@@ -212,7 +219,52 @@ func (w *worker) awaitStart() bool {
 	case <-w.readCtx.Done():
 		return false
 	}
-	return w.moveTo(stateReading, "the previous owner has stopped")
+	return w.bind() && w.moveTo(stateReading, "the previous owner has stopped")
+}
+
+// bind makes the pending lease the shard's, bound to this subscriber's heartbeat row, so that
+// it may read: a Steal at the pending holding's counter without an expiry. A write whose
+// outcome is not known is resolved by a strong read; one that did not land is tried again until
+// the shard is invalidated. It reports false when the lease went to another holding meanwhile
+// (the shard is then lost) or the shard was invalidated.
+func (w *worker) bind() bool {
+	env := w.env
+	t := w.tenureOf()
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(w.readCtx, env.cfg.requestTimeout)
+		ok, err := env.store.Steal(ctx, w.key, t.Owner, t.Counter, 0)
+		var l lease.Lease
+		if err == nil && !ok || err != nil && w.readCtx.Err() == nil {
+			var rerr error
+			if l, rerr = env.store.Read(ctx, w.key); rerr == nil {
+				err = nil
+				ok = boundFrom(l, t)
+			} else {
+				err = errorsJoin(err, rerr)
+			}
+		}
+		cancel()
+		switch {
+		case ok:
+			bound := lease.Tenure{Owner: t.Owner, Counter: t.Counter + 1}
+			w.tenure.Store(&bound)
+			return true
+		case w.readCtx.Err() != nil:
+			return false
+		case err == nil && l.Tenure() != t:
+			w.lose("taken over before it was read")
+			return false
+		case err != nil:
+			env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpSteal, Err: fmt.Errorf("lease not bound after its wait, reading waits: %w", err)})
+		}
+		timer := time.NewTimer(backoff(attempt))
+		select {
+		case <-timer.C:
+		case <-w.readCtx.Done():
+			timer.Stop()
+			return false
+		}
+	}
 }
 
 // read runs the reader until the shard ends or the reader must stop.
@@ -249,12 +301,12 @@ func (w *worker) drain(expire bool) {
 		drain, cancel = context.WithTimeout(w.env.bgCtx, handBackDrain)
 		defer cancel()
 	}
-	w.env.cfg.probes.at("draining", w.id, w.tenure)
+	w.env.cfg.probes.at("draining", w.id, w.tenureOf())
 	if n := w.out.count(); n > 0 {
 		until, _ := drain.Deadline()
 		w.log.Info("waiting for deliveries to be settled before the last checkpoint", "unsettled", n, "why", end.why, "until", until)
 		if !w.out.awaitZero(drain, w.lost) {
-			w.env.cfg.probes.at("gave-up", w.id, w.tenure)
+			w.env.cfg.probes.at("gave-up", w.id, w.tenureOf())
 			w.log.Info("gave up waiting for deliveries to be settled: the next owner delivers them again",
 				"unsettled", w.out.count(), "why", end.why)
 		}

@@ -137,6 +137,8 @@ func (m chanMutex) Unlock()   { <-m.ch }
 // simRun is one run of an instance: one Subscribe, one owner name with its incarnation.
 type simRun struct {
 	in     *simInstance
+	rng    *rand.Rand // its steps' draws, under mu
+	mu     sync.Mutex
 	label  string
 	gate   *sim.Gate
 	faults *sim.StoreFaults
@@ -203,28 +205,37 @@ func (f *simFleet) logf(format string, args ...any) {
 func (in *simInstance) start() {
 	f := in.f
 	in.runs++
-	r := &simRun{in: in, label: fmt.Sprintf("%s.%d", in.name, in.runs), gate: &sim.Gate{}}
+	// Each run draws from a source of its own, so that what other goroutines draw, in whatever
+	// order they run, changes nothing of it.
+	rng := rand.New(rand.NewPCG(f.seed, uint64(in.slot)<<32|uint64(in.runs)))
+	r := &simRun{in: in, label: fmt.Sprintf("%s.%d", in.name, in.runs), gate: &sim.Gate{}, rng: rng}
 	f.mu.Lock()
 	r.faults = sim.NewStoreFaults(f.seed*1009 + uint64(in.slot)*31 + uint64(in.runs))
 	if f.prof == profileStore || f.prof == profileAll {
-		r.faults.Latency = time.Duration(f.rng.Int64N(int64(400 * time.Millisecond)))
-		r.faults.Fail = f.rng.Float64() * 0.05
-		r.faults.Lost = f.rng.Float64() * 0.08
-		r.faults.Late = f.rng.Float64() * 0.15
-		r.faults.LateDelay = time.Duration(1+f.rng.IntN(2000)) * time.Millisecond
-		r.faults.IndexLag = time.Duration(f.rng.IntN(1500)) * time.Millisecond
+		r.faults.Latency = time.Duration(rng.Int64N(int64(400 * time.Millisecond)))
+		r.faults.Fail = rng.Float64() * 0.05
+		r.faults.Lost = rng.Float64() * 0.08
+		r.faults.Late = rng.Float64() * 0.15
+		r.faults.LateDelay = time.Duration(1+rng.IntN(2000)) * time.Millisecond
+		r.faults.IndexLag = time.Duration(rng.IntN(1500)) * time.Millisecond
 		r.faults.On.Store(!f.healed)
 	}
-	checkpointEvery := []time.Duration{0, 300 * time.Millisecond, time.Second}[f.rng.IntN(3)]
+	checkpointEvery := []time.Duration{0, 300 * time.Millisecond, time.Second}[rng.IntN(3)]
 	f.mu.Unlock()
 	store := &sim.Client{T: f.table, Name: in.name, Skew: in.skew, Gate: r.gate, Faults: r.faults}
 	cfg := f.srv.Config()
 	cfg.Credentials = aws.AnonymousCredentials{}
-	cfg.HTTPClient = &http.Client{Transport: &simTransport{base: f.srv.HTTPClient().Transport, f: f, gate: r.gate}}
+	cfg.HTTPClient = &http.Client{Transport: &simTransport{base: f.srv.HTTPClient().Transport, f: f, gate: r.gate, label: r.label}}
+	var incarnations int
 	pr := &probeSet{
 		pause:     r.gate.Hold,
 		handedOut: r.handedOut,
 		step:      r.step,
+		incarnation: func() string {
+			incarnations++ // the subscribe and the coordinator's rejoins: one at a time
+			return fmt.Sprintf("%d.%d", in.runs, incarnations)
+		},
+		choose: &lockedRand{r: rand.New(rand.NewPCG(f.seed, uint64(in.slot)<<32|uint64(in.runs)|1<<31))},
 	}
 	opts := []Option{
 		WithLeaseStore(store), WithOwner(in.name), WithLeaseTTL(f.ttl), WithPollInterval(time.Second),
@@ -328,13 +339,14 @@ func (r *simRun) step(name, shard string, t lease.Tenure) {
 	case "draining":
 		f.check.Draining(shard, t)
 		return
-	case "gave-up":
+	case "gave-up", "final-checkpoint-failed":
 		f.check.GaveUp(shard, t)
 		return
 	}
-	f.mu.Lock()
-	x := f.rng.Float64()
-	f.mu.Unlock()
+	r.mu.Lock()
+	x := r.rng.Float64()
+	d := time.Duration(r.rng.Int64N(int64(2 * f.ttl)))
+	r.mu.Unlock()
 	switch {
 	case x < 0.05 && (f.prof == profileCrash || f.prof == profileAll):
 		f.logf("%s: closed at %s of %s", r.label, name, shard)
@@ -344,7 +356,6 @@ func (r *simRun) step(name, shard string, t lease.Tenure) {
 			f.closeAndRestart(in, r)
 		}()
 	case x < 0.10 && (f.prof == profilePause || f.prof == profileAll):
-		d := time.Duration(f.rng.Int64N(int64(2 * f.ttl)))
 		f.logf("%s: paused at %s of %s for %v", r.label, name, shard, d)
 		f.pause(r, d)
 		r.gate.Hold()
@@ -356,13 +367,14 @@ func (r *simRun) step(name, shard string, t lease.Tenure) {
 
 // produce puts records over d, two every 100ms, over 32 keys.
 func (f *simFleet) produce(d time.Duration) {
+	keys := rand.New(rand.NewPCG(f.seed, 0x2545f4914f6cdd1d))
 	end := time.Now().Add(d)
 	for time.Now().Before(end) {
 		for range 2 {
 			f.mu.Lock()
 			id := fmt.Sprintf("r%05d", f.next)
 			f.next++
-			key := fmt.Sprintf("k%d", f.rng.IntN(32))
+			key := fmt.Sprintf("k%d", keys.IntN(32))
 			f.mu.Unlock()
 			if _, err := f.srv.Put(context.Background(), f.stream, key, []byte(id)); err != nil {
 				f.t.Errorf("put %s: %v", id, err)
@@ -450,10 +462,15 @@ func (f *simFleet) crashAndRestart(in *simInstance, r *simRun, after time.Durati
 	r.stop()
 	f.mu.Lock()
 	f.zombies = append(f.zombies, r.sub)
+	var held []string
+	defer func() { f.logf("%s held %v when it crashed", r.label, held) }()
 	for _, l := range f.table.Rows() {
 		shard, ok := strings.CutPrefix(l.Key, f.stream+"/")
-		if ok && !strings.HasPrefix(shard, "~") && l.Owner == owner && l.Checkpoint.Sequence != lease.ShardEnd {
+		// The shards it read: bound to it. A pending one it was still waiting for: its previous
+		// reader may read it until a taker's own wait is over.
+		if ok && !strings.HasPrefix(shard, "~") && l.Owner == owner && l.Expiry.IsZero() && l.Checkpoint.Sequence != lease.ShardEnd {
 			f.failover[shard] = time.Now()
+			held = append(held, shard)
 		}
 	}
 	f.mu.Unlock()
@@ -624,9 +641,10 @@ func (f *simFleet) report() {
 // simTransport carries an instance's Kinesis calls through its gate, and times crash
 // failover: the first GetShardIterator for a shard whose reader crashed.
 type simTransport struct {
-	base http.RoundTripper
-	f    *simFleet
-	gate *sim.Gate
+	base  http.RoundTripper
+	f     *simFleet
+	gate  *sim.Gate
+	label string
 }
 
 func (st *simTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -640,11 +658,15 @@ func (st *simTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		_ = json.Unmarshal(body, &in)
 		f := st.f
 		f.mu.Lock()
-		if since, ok := f.failover[in.ShardId]; ok {
+		since, ok := f.failover[in.ShardId]
+		if ok {
 			delete(f.failover, in.ShardId)
 			f.worst = max(f.worst, time.Since(since))
 		}
 		f.mu.Unlock()
+		if ok {
+			f.logf("%s read again by %s after %v", in.ShardId, st.label, time.Since(since))
+		}
 	}
 	resp, err := st.base.RoundTrip(r)
 	st.gate.Leave()

@@ -65,7 +65,7 @@ type ShardStatus struct {
 // Shards reports the state of every shard of the stream as of this subscriber's last rounds
 // (shard listing and lease table), sorted by shard id. It does no I/O and is safe to call from
 // any goroutine, for example a status endpoint.
-func (s *Subscriber) Shards() []ShardStatus { return s.table.status(s.cfg.owner) }
+func (s *Subscriber) Shards() []ShardStatus { return s.table.status(s.tenure.owner()) }
 
 // describe fills in what this shard's reader knows for Shards: its state and progress. It
 // takes only the shard's own lock, so a status read never waits on the subscriber.

@@ -105,13 +105,15 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	// Each process holds leases under an owner name of its own, even a restarted one that keeps
 	// its WithOwner name: its heartbeat row is its own, and the leases of a process that died are
 	// freed when its row is found lapsed, never confused with its successor's.
-	cfg.owner += "#" + incarnation()
+	cfg.ownerBase = cfg.owner
+	cfg.owner += "#" + cfg.probes.newIncarnation()
 	m, err := newMetrics(cfg.meterProvider, ref.name)
 	if err != nil {
 		return nil, err
 	}
 	client = meteredKinesis{k: client, r: m.req}
-	cfg.store = meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}.narrowed()
+	metered := meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
+	cfg.store = metered.narrowed()
 	changes := newChangeRow(cfg.store, ref.name)
 	s := &Subscriber{
 		metrics:      m,
@@ -131,7 +133,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	}
 	s.seeker = &Seeker{s: s}
 	s.coord = newCoordinator(s)
-	s.tenure = newTenure(s.ownerKey(), cfg.leaseTTL, func() { s.loseAll("not renewed in time") })
+	s.tenure = newTenure(cfg.owner, s.ownerKeyOf(cfg.owner), cfg.leaseTTL, func() { s.loseAll("not renewed in time") })
 	s.tenure.probes = cfg.probes
 	if err := s.ensureStream(ctx); err != nil {
 		return nil, err
@@ -155,8 +157,10 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		hand: s.del.hand, metrics: m, bgCtx: s.bgCtx, runCtx: s.runCtx, done: s.done,
 		report: s.report, reportAll: s.reportAll, changed: s.changed, announce: s.announce, fence: s.del.fenceDispatch,
 		fail: s.fail, forget: s.coord.forget, source: s.sourceFor, log: s.log,
+		checkpoint: metered.checkpoint,
 	}
-	if err := s.join(ctx); err != nil {
+	s.del.hand.tenure = s.tenure
+	if err := s.join(ctx, false); err != nil {
 		s.stopRun()
 		s.stopBg()
 		m.stop()

@@ -4,29 +4,36 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gostream/kinesub/lease"
 )
 
 // A subscriber's shard leases are bound to its heartbeat row: they are taken with no expiry of
-// their own (a zero TTL) and hold while the heartbeat row, "<stream>/~owner/<owner>", is
-// renewed; only the row is renewed, every TTL/3, so an idle shard costs no write at all.
+// their own (a zero TTL) and hold while the heartbeat row, "<stream>/~v2/owner/<owner>", is its
+// own. Only the row is renewed, every TTL/3, by a Steal at its own counter: each renewal moves
+// the counter, so a peer that reads the row can tell a live owner from a silent one on its own
+// clock, without comparing clocks across hosts (reap.go). An idle shard costs no write at all.
 //
-// Reading must stop before anyone can take a shard over. Peers take a shard in two ways:
+// Reading must stop before anyone can take a shard over. Peers take a shard in these ways
+// (docs/leases.md has the whole argument):
 //
-//   - A peer that finds the heartbeat row expired deletes it (Delete: conditional on its
-//     counter and on its having expired by the peer's clock) and takes the shards bound to it
-//     at once. Renewals are conditional on the row's holding, so after the delete no renewal
-//     succeeds, and one that succeeded before it was sent before the row expired.
-//   - A thief stealing a shard for balance writes the lease (conditional on its counter), then
-//     moves the stream's change row, and reads only stealWait after that write returned.
+//   - A peer that has seen the heartbeat row's counter stand still for reapAfter (3/4 TTL) on
+//     its own monotonic clock takes the row over (a Steal at that counter) and then takes the
+//     shards bound to it at once. After the takeover no renewal of the row succeeds; the last
+//     that did was sent before the peer first saw the counter it left.
+//   - A thief (a balance steal, or a takeover of a shard whose last holder may not know it)
+//     marks the lease pending (a far expiry), moves the stream's change row, and binds the lease
+//     and reads only stealWait after the move returned.
 //
-// So this subscriber's readers may read until the earlier of:
+// So this subscriber's readers may read, and its records be handed out, only until the earlier
+// of:
 //
-//   - 2/3 TTL after the send of its last successful heartbeat renewal: the row expires a full
-//     TTL after that send (by its clock), so it has stopped TTL/3 before a peer can take the
-//     row as expired;
+//   - 2/3 TTL after the send of its last heartbeat renewal known to have landed (for a renewal
+//     whose answer was lost, the send of the earliest attempt that may have landed): a peer
+//     reaps the row only after seeing its counter still for 3/4 TTL, which began after that
+//     renewal landed;
 //   - 2/3 TTL after the send of its last confirmation: a strong read of the change row that
 //     found the counter it had when this subscriber last read its leases and found them its own
 //     (or such a reading of the leases itself). A steal whose change-row move landed before the
@@ -34,24 +41,35 @@ import (
 //     lets the thief read only stealWait (more than 2/3 TTL) after that move, later than the
 //     confirmation's send plus 2/3 TTL.
 //
-// Both measure time on this host's monotonic clock; the expiry comparison needs clocks that
-// differ by much less than TTL/3, as the lease store says. When the deadline passes without a
-// renewal and a confirmation, every shard held here is lost (invalidate), however the store
-// fails. A shard whose lease shows another holding at a reading of the leases is lost at once.
+// Every duration is measured on one host's monotonic clock, so clocks that differ between
+// hosts do not matter; only their rates must agree to within TTL/12 over a TTL. The deadline is
+// checked where a record is handed out (mayHandOut), not only by a timer: a process paused past
+// it hands out nothing when it resumes, whatever ran first. Once the deadline has passed it
+// does not move until every shard held was given up (loseAll): what was read under it is never
+// handed out.
 
 // tenure is this subscriber's hold on its shards: its heartbeat row's holding and the deadline
 // its readers keep. It is safe for concurrent use.
 type tenure struct {
-	key string // the heartbeat row
-	ttl time.Duration
+	ttl  time.Duration
+	base time.Time // a monotonic origin for until
+
+	// until is the deadline as nanoseconds after base: records may be handed out before it.
+	// Read on every hand-out, so it is an atomic.
+	until atomic.Int64
 
 	mu        sync.Mutex
+	name      string       // this subscriber's owner name: WithOwner's, with an incarnation
+	key       string       // its heartbeat row
 	row       lease.Tenure // the heartbeat row's holding
-	beatSent  time.Time    // send of the last successful renewal (or the taking write)
+	beatSent  time.Time    // send of the last renewal known to have landed (or of the joining write)
+	attempted time.Time    // send of the earliest renewal attempt not yet known to have landed; zero: none
 	confirmed time.Time    // send of the last confirmation
 	verified  int64        // the change row's counter at the last reading of the leases; -1: none
-	deadline  *time.Timer  // fires when readers must stop; nil until keepTenure runs
-	expired   func()       // what the deadline does: lose every shard
+	passed    bool          // the deadline passed; it stays put until every shard was lost (fire)
+	revived   chan struct{} // closed when the deadline moves on afresh (restart)
+	deadline  *time.Timer   // fires when readers must stop; nil until keepTenure runs
+	expired   func()        // what the deadline does: lose every shard
 
 	fireMu sync.Mutex // held by a firing deadline; stopped keeps later ones from acting
 	done   bool
@@ -59,22 +77,80 @@ type tenure struct {
 	probes *probeSet // tests only (probe.go)
 }
 
-func newTenure(key string, ttl time.Duration, expired func()) *tenure {
-	return &tenure{key: key, ttl: ttl, verified: -1, expired: expired}
+func newTenure(name, key string, ttl time.Duration, expired func()) *tenure {
+	return &tenure{name: name, key: key, ttl: ttl, base: time.Now(), verified: -1, expired: expired,
+		revived: make(chan struct{})}
 }
 
-// fire is the deadline's function.
+// self returns this subscriber's owner name and heartbeat row's key.
+func (t *tenure) self() (name, key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.name, t.key
+}
+
+// owner returns this subscriber's owner name.
+func (t *tenure) owner() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.name
+}
+
+// mayHandOut reports whether records may be handed out now: the deadline has not passed. It is
+// called for every record handed out, so it reads one atomic and the clock.
+func (t *tenure) mayHandOut() bool {
+	return t == nil || int64(time.Since(t.base)) < t.until.Load()
+}
+
+// whenRevived returns a channel closed once records may be handed out again after the deadline
+// passed (every shard was given up, and the heartbeat renewed and confirmed since).
+func (t *tenure) whenRevived() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.revived
+}
+
+// fire is the deadline's function: when the deadline has passed, every shard held is lost, and
+// then the deadline moves on from the renewals and confirmations made since.
 func (t *tenure) fire() {
 	t.probes.hold()
 	t.fireMu.Lock()
 	defer t.fireMu.Unlock()
-	if !t.done {
-		t.expired()
+	if t.done {
+		return
+	}
+	t.mu.Lock()
+	if !t.passed && int64(time.Since(t.base)) < t.until.Load() {
+		t.mu.Unlock()
+		return // moved on since the timer was set
+	}
+	t.passed = true
+	t.mu.Unlock()
+	t.expired()
+	t.mu.Lock()
+	t.restart()
+	t.mu.Unlock()
+}
+
+// restart lets the deadline move on afresh, with t.mu held: every shard held when it passed
+// was given up (or none was held: joining). A deadline still in the past arms no timer: nothing
+// is held or taken under it, and the next renewal or confirmation moves it (rearm).
+func (t *tenure) restart() {
+	t.passed = false
+	until := t.untilLocked()
+	t.until.Store(int64(until.Sub(t.base)))
+	if !until.After(time.Now()) {
+		return
+	}
+	close(t.revived)
+	t.revived = make(chan struct{})
+	if t.deadline != nil {
+		t.deadline.Reset(time.Until(until))
 	}
 }
 
-// until returns when readers must have stopped, with t.mu held.
-func (t *tenure) until() time.Time {
+// untilLocked returns when readers must have stopped, with t.mu held.
+func (t *tenure) untilLocked() time.Time {
 	return minTime(t.beatSent, t.confirmed).Add(t.ttl * 2 / 3)
 }
 
@@ -85,21 +161,46 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-// rearm moves the deadline to until, with t.mu held.
+// rearm moves the deadline to untilLocked, with t.mu held. Once it has passed it stays put
+// (the timer fires at once): every shard held is lost first (fire).
 func (t *tenure) rearm() {
+	if t.passed {
+		return // the firing under way loses every shard, then restarts
+	}
+	if int64(time.Since(t.base)) >= t.until.Load() {
+		t.passed = true
+		if t.deadline != nil {
+			t.deadline.Reset(0)
+		}
+		return
+	}
+	until := t.untilLocked()
+	t.until.Store(int64(until.Sub(t.base)))
 	if t.deadline != nil {
-		t.deadline.Reset(time.Until(t.until()))
+		t.deadline.Reset(time.Until(until))
 	}
 }
 
-// beat records a renewal of the heartbeat row sent at sent.
-func (t *tenure) beat(sent time.Time) {
+// attempt records a renewal sent at sent, whose outcome is not known yet.
+func (t *tenure) attempt(sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if sent.After(t.beatSent) {
-		t.beatSent = sent
+	if t.attempted.IsZero() {
+		t.attempted = sent
+	}
+}
+
+// renewed records that the heartbeat row is now at holding row, moved there by a renewal this
+// subscriber sent: the earliest attempt not known to have landed, which may be the one that did.
+func (t *tenure) renewed(row lease.Tenure) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.row = row
+	if t.attempted.After(t.beatSent) {
+		t.beatSent = t.attempted
 		t.rearm()
 	}
+	t.attempted = time.Time{}
 }
 
 // confirm records a confirmation sent at sent: the change row still had counter change, the
@@ -136,33 +237,41 @@ func (t *tenure) holding() lease.Tenure {
 	return t.row
 }
 
-// join takes the heartbeat row anew (at Subscribe, or after a peer deleted it as lapsed).
-func (s *Subscriber) join(ctx context.Context) error {
+// join takes the heartbeat row anew: at Subscribe, or after a peer took it over (this
+// subscriber was taken for dead), under a new incarnation of the owner name. A new name, and so
+// a new row, means that no write sent under the old one (a renewal applied late, say) can ever
+// land on the new row.
+func (s *Subscriber) join(ctx context.Context, rename bool) error {
 	t := s.tenure
+	name, key := t.self()
+	if rename {
+		name = s.cfg.ownerBase + "#" + s.cfg.probes.newIncarnation()
+		key = s.ownerKeyOf(name)
+	}
 	sent := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
-	ok, err := s.cfg.store.Acquire(cctx, t.key, s.cfg.owner, t.ttl)
+	ok, err := s.cfg.store.Acquire(cctx, key, name, t.ttl)
 	if err == nil && !ok {
-		err = fmt.Errorf("heartbeat row %s is held by another process with the owner name %s", t.key, s.cfg.owner)
+		err = fmt.Errorf("heartbeat row %s is held by another process with the owner name %s", key, name)
 	}
 	if err != nil {
 		return err
 	}
-	l, err := s.cfg.store.Read(cctx, t.key)
+	l, err := s.cfg.store.Read(cctx, key)
 	if err != nil {
 		return err
 	}
-	if l.Owner != s.cfg.owner {
-		return fmt.Errorf("heartbeat row %s taken over as it was made", t.key)
+	if l.Owner != name {
+		return fmt.Errorf("heartbeat row %s taken over as it was made", key)
 	}
 	t.mu.Lock()
-	t.row = l.Tenure()
+	t.name, t.key, t.row = name, key, l.Tenure()
 	// No shard is held here yet (or any more, after the row was lost): there is nothing to
 	// confirm until the first reading of the leases.
-	t.confirmed = sent
+	t.beatSent, t.confirmed, t.attempted, t.verified = sent, sent, time.Time{}, -1
+	t.restart()
 	t.mu.Unlock()
-	t.beat(sent)
 	return nil
 }
 
@@ -172,7 +281,7 @@ func (s *Subscriber) join(ctx context.Context) error {
 func (s *Subscriber) keepTenure(ctx context.Context) {
 	t := s.tenure
 	t.mu.Lock()
-	t.deadline = time.AfterFunc(time.Until(t.until()), t.fire)
+	t.deadline = time.AfterFunc(time.Until(t.untilLocked()), t.fire)
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
@@ -195,25 +304,41 @@ func (s *Subscriber) keepTenure(ctx context.Context) {
 	}
 }
 
-// renewHeartbeat extends the heartbeat row. When the row is gone or another holding's (a peer
-// took it as lapsed), every shard held here is lost and the row is taken anew.
+// renewHeartbeat moves the heartbeat row's counter, conditional on the counter of its holding.
+// A write whose outcome is not known (an error, or a refusal that a retry of a write that
+// landed also gets) is resolved by a strong read. When the row is another holding's (a peer
+// took this subscriber for dead), every shard held here is lost and the row is taken anew,
+// under a new incarnation.
 func (s *Subscriber) renewHeartbeat(ctx context.Context) {
 	t := s.tenure
+	name, key := t.self()
+	row := t.holding()
 	sent := time.Now()
+	t.attempt(sent)
 	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, t.ttl/3))
-	ok, err := s.cfg.store.Renew(cctx, t.key, t.holding(), t.ttl)
-	cancel()
+	defer cancel()
+	ok, err := s.cfg.store.Steal(cctx, key, name, row.Counter, t.ttl)
+	if err == nil && ok {
+		t.renewed(lease.Tenure{Owner: name, Counter: row.Counter + 1})
+		return
+	}
+	if err != nil && ctx.Err() == nil {
+		s.report(&ShardError{Stream: s.stream, Op: OpHeartbeat, Err: err})
+	}
+	rctx, rcancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, t.ttl/3))
+	l, rerr := s.cfg.store.Read(rctx, key)
+	rcancel()
 	switch {
-	case err != nil:
-		if ctx.Err() == nil {
-			s.report(&ShardError{Stream: s.stream, Op: OpHeartbeat, Err: err})
-		}
-	case ok:
-		t.beat(sent)
+	case rerr != nil:
+		// Unknown: the next tick tries again, and the deadline passes if none lands.
+	case l.Owner == name && l.Counter > row.Counter:
+		t.renewed(l.Tenure()) // an attempt landed, its answer lost
+	case l.Owner == name:
+		// Not landed (yet): the next tick tries again.
 	default:
-		s.log.Warn("heartbeat row lost: a peer took this subscriber for dead; its shards are given up and taken again")
-		s.loseAll("heartbeat row lost")
-		if err := s.join(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("heartbeat row taken over: a peer took this subscriber for dead; its shards are given up and it joins again under a new name")
+		s.loseAll("heartbeat row taken over by a peer")
+		if err := s.join(ctx, true); err != nil && ctx.Err() == nil {
 			s.report(&ShardError{Stream: s.stream, Op: OpHeartbeat, Err: err})
 		} else if err == nil {
 			s.changed(ctx)
