@@ -38,8 +38,8 @@ type shardEnv struct {
 	// checkpoint writes a checkpoint, numbered within its holding when the store keeps them in
 	// order (meteredStore.checkpoint).
 	checkpoint func(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error)
-	forget    func(w *worker)             // the shard's life is over (coordinator.go)
-	source    func(w *worker) shardSource
+	forget     func(w *worker) // the shard's life is over (coordinator.go)
+	source     func(w *worker) shardSource
 }
 
 // loggerFor returns the logger of shard id.

@@ -59,13 +59,13 @@ type tenure struct {
 	until atomic.Int64
 
 	mu        sync.Mutex
-	name      string       // this subscriber's owner name: WithOwner's, with an incarnation
-	key       string       // its heartbeat row
-	row       lease.Tenure // the heartbeat row's holding
-	beatSent  time.Time    // send of the last renewal known to have landed (or of the joining write)
-	attempted time.Time    // send of the earliest renewal attempt not yet known to have landed; zero: none
-	confirmed time.Time    // send of the last confirmation
-	verified  int64        // the change row's counter at the last reading of the leases; -1: none
+	name      string        // this subscriber's owner name: WithOwner's, with an incarnation
+	key       string        // its heartbeat row
+	row       lease.Tenure  // the heartbeat row's holding
+	beatSent  time.Time     // send of the last renewal known to have landed (or of the joining write)
+	attempted time.Time     // send of the earliest renewal attempt not yet known to have landed; zero: none
+	confirmed time.Time     // send of the last confirmation
+	verified  int64         // the change row's counter at the last reading of the leases; -1: none
 	passed    bool          // the deadline passed; it stays put until every shard was lost (fire)
 	revived   chan struct{} // closed when the deadline moves on afresh (restart)
 	deadline  *time.Timer   // fires when readers must stop; nil until keepTenure runs
