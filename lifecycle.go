@@ -146,6 +146,8 @@ type ending struct {
 	drained *sync.WaitGroup
 	release <-chan struct{}
 	errs    *errList
+	// gen, if not 0, is the only generation a seek ends: a shard that moved on since is left.
+	gen uint64
 }
 
 // errList collects errors from several goroutines.
@@ -207,7 +209,7 @@ func (w *worker) endGeneration(end *ending) uint64 {
 	ok := false
 	switch end.cause {
 	case causeSeek:
-		ok = st == stateStarting || st == stateReading
+		ok = (st == stateStarting || st == stateReading) && (end.gen == 0 || end.gen == w.gate.Load())
 	case causeLoss:
 		ok = w.moveLocked(stateLost)
 	case causeHandBack:

@@ -2,7 +2,6 @@ package kinesub
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -202,15 +201,10 @@ func (p *processor) rewind(firsts map[*worker]*Message) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(p.ackCtx, 2*s.cfg.requestTimeout)
 			defer cancel()
-			err := s.seeker.Seek(ctx, m.Position())
-			switch {
-			case err == nil, errors.Is(err, ErrSeekPending), errors.Is(err, ErrClosed),
-				errors.Is(err, ErrShardNotOwned), errors.Is(err, ErrShardFinished):
-			default:
-				s.report(&ShardError{Stream: s.stream, Shard: m.ShardID(), Op: OpProcess, Err: fmt.Errorf(
-					"records taken and not handled when Process returned, from %s on, wait until the shard's lease moves: moving the shard back failed: %w",
-					m.SequenceNumber(), err)})
-			}
+			// The shard's generation ends at once, so nothing after m is delivered from where
+			// it was; the reader reopens at m, retrying until it can. Its errors (a throttle,
+			// ErrSeekPending when ctx ends first) go to Errors from the reader itself.
+			_ = s.seeker.rewind(ctx, m)
 		}()
 	}
 	wg.Wait()

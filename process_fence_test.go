@@ -11,6 +11,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/lease"
@@ -350,13 +353,51 @@ func TestProcessHandBack(t *testing.T) {
 // are delivered again to the next consumer, in order per key, before anything later; none is
 // lost.
 func TestProcessRewindsWhenCtxEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) { checkRewind(t, nil) })
+}
+
+// TestProcessRewindThrottled: the same when GetShardIterator is throttled twice while Process
+// moves its shard back: the move is local (the shard's generation ends at once) and the reader
+// retries the position with backoff, so nothing taken and not handled is skipped.
+func TestProcessRewindThrottled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		var rewinding atomic.Bool
+		var throttled atomic.Int64
+		checkRewind(t, func(f *fakeStream) {
+			f.setHooks(nil, func(context.Context, *kinesis.GetShardIteratorInput) error {
+				if rewinding.Load() && throttled.Add(1) <= 2 {
+					return &types.ProvisionedThroughputExceededException{Message: aws.String("Rate exceeded for shard")}
+				}
+				return nil
+			})
+			rewinding.Store(true)
+		})
+		require.EqualValues(t, 3, throttled.Load(), "GetShardIterator calls after Process's ctx ended")
+	})
+}
+
+// checkRewind stops Process after some records of 10 keys and checks that the next consumer
+// receives each key from its first record not handled, in order, to the end. setup, if set,
+// runs just before Process's ctx ends.
+func checkRewind(t *testing.T, setup func(f *fakeStream)) {
+	{
 		const n, keys = 400, 10
 		f := newFakeStream("rewind", 1)
 		addKeyed(f, 0, n, keys, map[string]int{})
 		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()), WithBatchSize(100))...)
 		log := newKeyLog(t)
-		err := processUntil(t, sub, 60, log.count, func(ctx context.Context, m *Message) error {
+		count := log.count
+		if setup != nil {
+			var once sync.Once
+			count = func() int {
+				c := log.count()
+				if c >= 60 {
+					once.Do(func() { setup(f) })
+				}
+				return c
+			}
+		}
+		err := processUntil(t, sub, 60, count, func(ctx context.Context, m *Message) error {
 			log.begin(m)
 			select {
 			case <-ctx.Done():
@@ -399,7 +440,7 @@ func TestProcessRewindsWhenCtxEnds(t *testing.T) {
 		for k, c := range next {
 			require.Equal(t, n/keys, c, "key %s", k)
 		}
-	})
+	}
 }
 
 // TestProcessStuckKeyBoundsMemory: a key stuck on a record that never succeeds stops its shard

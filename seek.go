@@ -102,6 +102,28 @@ func (k *Seeker) seekShard(ctx context.Context, p Position) error {
 	return err
 }
 
+// rewind moves m's shard back to m, for records taken and not handled. Unlike a
+// shard-scoped Seek it does not ask the service first, whose answer (a throttle, a timeout)
+// could leave the records skipped: m was delivered, so its position is valid. It ends only
+// the generation m was fetched in, at once and locally, and the reader then reopens at m,
+// retrying with backoff as after a stream-wide seek. It returns nil when the shard moved on
+// meanwhile (its next reader reads from the checkpoint), and otherwise the error of the wait
+// for the reader, which keeps trying on its own.
+func (k *Seeker) rewind(ctx context.Context, m *Message) error {
+	w := m.shard()
+	if w == nil {
+		return nil
+	}
+	p := m.Position()
+	gen := k.s.env.invalidate([]*worker{w}, &ending{cause: causeSeek, why: "rewind to " + p.String(), gen: m.pg.gen})[0]
+	if gen == 0 {
+		return nil
+	}
+	err := w.reposition(ctx, gen, p)
+	k.s.log.Info("rewind", "to", p.String())
+	return err
+}
+
 // notReading is the error of a shard-scoped seek on a shard whose life here is ending.
 func notReading(w *worker) error {
 	if w.state() == stateEnded {
