@@ -501,3 +501,37 @@ func TestProcessOrdersUserRecordsByOwnKey(t *testing.T) {
 		require.Equal(t, []string{"alice:a1", "bob:b1", "alice:a2"}, order)
 	})
 }
+
+// TestProcessStuckHandlerHoldsOnlyItsKey: a handler stuck on one record (until its ctx ends)
+// holds back only its key: every record of the other keys is handled, even those a worker had
+// taken with it in a run of quick handlers.
+func TestProcessStuckHandlerHoldsOnlyItsKey(t *testing.T) {
+	for _, conc := range []int{2, 4} {
+		t.Run(strconv.Itoa(conc), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const keys, per = 400, 3
+				f := newFakeStream("stuck", 1)
+				addKeyed(f, 0, keys*per, keys, map[string]int{})
+				sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()), WithBatchSize(500))...)
+				var others atomic.Int64
+				stop := startProcess(sub, func(ctx context.Context, m *Message) error {
+					k, _, _ := strings.Cut(string(m.Data()), "/")
+					if string(m.Data()) == "k7/0" {
+						<-ctx.Done()
+						return ctx.Err()
+					}
+					if k != "k7" {
+						others.Add(1)
+					}
+					return nil
+				}, WithConcurrency(conc))
+				deadline := time.Now().Add(5 * time.Second)
+				for others.Load() < (keys-1)*per && time.Now().Before(deadline) {
+					time.Sleep(10 * time.Millisecond) // bubble time
+				}
+				require.EqualValues(t, (keys-1)*per, others.Load(), "records of other keys handled within 5s")
+				require.NoError(t, stop())
+			})
+		})
+	}
+}

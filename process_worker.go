@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 )
 
@@ -121,7 +122,16 @@ func (p *processor) work() {
 
 		start := time.Now()
 		acks = acks[:0]
+		var rs *runShare
+		if len(run) > 1 {
+			rs = p.shareRun(run)
+		}
+		owned := len(run) // the jobs of the run this worker settles: all, unless handed over
 		for i := range run {
+			if rs != nil && !rs.claim(i) {
+				owned = i // handed over: only the job that was running is this worker's
+				break
+			}
 			j := &run[i]
 			// Nothing starts once the lease deadline passed, until every shard held then was
 			// given up: its jobs are stale by then.
@@ -137,12 +147,18 @@ func (p *processor) work() {
 				continue
 			}
 			j.result = p.attempt(j)
-			if j.settled && !j.m.isSettled() {
+		}
+		first := 0
+		if rs != nil && !rs.close(p, len(run)) {
+			first = owned - 1 // the others were handed over while it ran
+		}
+		for i := first; i < owned; i++ {
+			if j := &run[i]; j.settled && !j.m.isSettled() {
 				acks = append(acks, j.m)
 			}
 		}
 		p.ack(acks)
-		if took := time.Since(start); took < time.Duration(len(run))*fastHandler {
+		if took := time.Since(start); first == 0 && took < time.Duration(len(run))*fastHandler {
 			size = min(2*size, maxRun)
 		} else {
 			size = 1
@@ -150,7 +166,7 @@ func (p *processor) work() {
 
 		p.mu.Lock()
 		p.running--
-		for i := range run {
+		for i := first; i < owned; i++ {
 			r := &run[i]
 			if r.skipped {
 				p.drop(r.job)
@@ -159,6 +175,94 @@ func (p *processor) work() {
 			}
 			p.after(r.job, r.settled, r.err)
 		}
+	}
+}
+
+// runShare lets a run's other jobs go on while one of its handlers runs long: a run is taken
+// for handlers that return at once, and one that does not (a stuck call, a record that waits
+// for its ctx) must hold back only its own key. The worker claims each job as it starts it;
+// once no job was claimed for a whole handOverAfter, handOver settles the jobs that finished
+// (their keys go on) and puts the ones not started back in the ready queue, for other workers.
+type runShare struct {
+	pos   atomic.Int32 // jobs claimed by the worker, or runClosed, runHandedOver
+	run   []runJob
+	timer atomic.Pointer[time.Timer]
+	seen  int32 // pos at handOver's last look; under p.mu
+}
+
+const (
+	handOverAfter = time.Millisecond
+	runClosed     = -1 // the worker settles the whole run
+	runHandedOver = -2 // the worker settles only the job it was running
+)
+
+// shareRun arms the hand-over of run. The timer is counted in p.aux until it ends.
+func (p *processor) shareRun(run []runJob) *runShare {
+	rs := &runShare{run: run, seen: -1}
+	p.aux.Add(1) // owned by the processor: close or handOver ends it, stop waits for it
+	rs.timer.Store(time.AfterFunc(handOverAfter, func() { p.handOver(rs) }))
+	return rs
+}
+
+// claim reports whether the worker may start job i of the run (not handed over).
+func (rs *runShare) claim(i int) bool { return rs.pos.CompareAndSwap(int32(i), int32(i+1)) }
+
+// close ends the sharing of a run of n jobs all claimed, and reports whether the worker
+// settles all of them (false: only the last, the others were handed over).
+func (rs *runShare) close(p *processor, n int) bool {
+	ok := rs.pos.CompareAndSwap(int32(n), runClosed)
+	if rs.timer.Load().Stop() {
+		p.aux.Done()
+	}
+	return ok
+}
+
+// handOver looks at a shared run: while its worker goes on it looks again later; once the
+// worker spent a whole handOverAfter on one job, every other job of the run leaves it.
+func (p *processor) handOver(rs *runShare) {
+	p.mu.Lock()
+	c := rs.pos.Load()
+	if c >= 0 && !p.stopped && (c != rs.seen || c == 0 || !rs.pos.CompareAndSwap(c, runHandedOver)) {
+		rs.seen = rs.pos.Load()
+		p.mu.Unlock()
+		if t := rs.timer.Load(); t != nil {
+			t.Reset(handOverAfter) // still counted in p.aux
+			return
+		}
+		p.aux.Done()
+		return
+	}
+	defer p.aux.Done()
+	if c < 0 || p.stopped {
+		p.mu.Unlock()
+		return
+	}
+	// Jobs c.. were not started: other workers take them. Job c-1 runs: the worker keeps it.
+	for k := int(c); k < len(rs.run); k++ {
+		p.makeReady(rs.run[k].job)
+	}
+	done := append([]runJob(nil), rs.run[:c-1]...)
+	p.mu.Unlock()
+	var acks []*Message
+	for i := range done {
+		if j := &done[i]; j.settled && !j.m.isSettled() {
+			acks = append(acks, j.m)
+		}
+	}
+	p.ack(acks)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return // stop gave them back
+	}
+	for i := range done {
+		r := &done[i]
+		if r.skipped {
+			p.drop(r.job)
+			p.advance(r.job)
+			continue
+		}
+		p.after(r.job, r.settled, r.err)
 	}
 }
 
