@@ -40,7 +40,8 @@ import (
 // once with ErrConsumerBusy while another consumer pulls (All, Batches, Process, or Messages
 // once called). It returns only once every handler it started has returned. Records it took
 // and did not handle when ctx ended are not lost: it moves their shards back to the first of
-// them (a shard-scoped Seek), so the next consumer of this subscription gets them again, in
+// them (the shard's generation ends at once, and its reader reopens there, retrying until it
+// can), so the next consumer of this subscription gets them again, in
 // order, before anything later. Invalid options, a nil ctx or a nil handle make it return an
 // error wrapping ErrInvalidOption before it takes anything.
 func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *Message) error, opts ...ProcessOption) error {
@@ -131,6 +132,9 @@ func newProcessor(ctx context.Context, s *Subscriber, cfg processConfig, handle 
 	}
 	p.met = met
 	p.ctx, p.ackCtx = ctx, context.WithoutCancel(ctx)
+	if cfg.started != nil {
+		cfg.started(p)
+	}
 	return p, nil
 }
 

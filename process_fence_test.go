@@ -535,3 +535,49 @@ func TestProcessStuckHandlerHoldsOnlyItsKey(t *testing.T) {
 		})
 	}
 }
+
+// linkedJobs counts the jobs p keeps linked in its key queues, given back or not.
+func linkedJobs(p *processor) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.lanes {
+		for _, q := range l.keys {
+			for x := q.head; x != nil; x = x.next {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestProcessMaxInFlightAcrossSeeks: a handler that ignores its ctx keeps running across six
+// seeks; the records each seek gives back are let go, so Process holds no more than the cap
+// (and the one running) whatever the number of generations.
+func TestProcessMaxInFlightAcrossSeeks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const inflight = 50
+		f := newFakeStream("bounded-seeks", 1)
+		addKeyed(f, 0, 1000, 1, map[string]int{})
+		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()), WithMaxInFlight(inflight), WithBatchSize(20))...)
+		release := make(chan struct{})
+		var p *processor
+		stop := startProcess(sub, func(ctx context.Context, m *Message) error {
+			if string(m.Data()) == "k0/0" {
+				<-release // ignores its ctx
+			}
+			return nil
+		}, func(c *processConfig) { c.started = func(x *processor) { p = x } })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for range 6 {
+			require.NoError(t, sub.Seeker().Seek(context.Background(), Horizon()))
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		held := linkedJobs(p)
+		close(release)
+		require.NoError(t, stop())
+		require.LessOrEqual(t, held, inflight+1, "records held after six seeks")
+	})
+}

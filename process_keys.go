@@ -327,10 +327,22 @@ func (p *processor) sweep(gs *genState) {
 		}
 	}
 	for _, h := range heads {
+		// Given back behind a head that still runs (a handler that ignores its ctx), a job
+		// would hold its record until the head returns, and each seek would add a cap's worth:
+		// it is unlinked at once.
+		prev := h
 		for x := h.next; x != nil; x = x.next {
 			if gs.holds(x) && !x.dropped {
 				p.drop(x)
 			}
+			if x.dropped {
+				prev.next = x.next
+				if h.q.tail == x {
+					h.q.tail = prev
+				}
+				continue
+			}
+			prev = x
 		}
 		if gs.holds(h) && !h.dropped && h.state != jobRunning {
 			p.drop(h)

@@ -20,6 +20,8 @@ type processConfig struct {
 	orderKey    func(*Message) string // nil: the partition key
 
 	errs []error // collected while applying options, reported by validate
+
+	started func(*processor) // tests only: called with the processor before it takes anything
 }
 
 func defaultProcessConfig() processConfig {
