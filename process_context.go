@@ -18,7 +18,18 @@ type handlerContext struct {
 
 func (c *handlerContext) Done() <-chan struct{} { return c.done.Done() }
 
-func (c *handlerContext) Err() error { return c.done.Err() }
+// Err is done's, except once Process's context ended too: then that context's (a deadline
+// reached gives context.DeadlineExceeded, as a context derived from it would).
+func (c *handlerContext) Err() error {
+	err := c.done.Err()
+	if err == nil {
+		return nil
+	}
+	if perr := c.Context.Err(); perr != nil {
+		return perr
+	}
+	return err
+}
 
 // Value answers from done first. done carries no values of its own, only the context
 // package's record of its cancellation, which context.Cause and the contexts derived from this

@@ -581,3 +581,22 @@ func TestProcessMaxInFlightAcrossSeeks(t *testing.T) {
 		require.LessOrEqual(t, held, inflight+1, "records held after six seeks")
 	})
 }
+
+// TestProcessHandlerCtxDeadline: when Process's ctx reaches its deadline, a running handler's
+// ctx ends with context.DeadlineExceeded, as a context derived from Process's would.
+func TestProcessHandlerCtxDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("deadline", 1)
+		addKeyed(f, 0, 1, 1, map[string]int{})
+		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()))...)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var got error
+		require.NoError(t, sub.Process(ctx, func(hctx context.Context, m *Message) error {
+			<-hctx.Done()
+			got = hctx.Err()
+			return got
+		}))
+		require.ErrorIs(t, got, context.DeadlineExceeded)
+	})
+}
