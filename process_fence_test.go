@@ -600,3 +600,31 @@ func TestProcessHandlerCtxDeadline(t *testing.T) {
 		require.ErrorIs(t, got, context.DeadlineExceeded)
 	})
 }
+
+// TestProcessShownBounded: a shard whose failing records all succeeded is no longer kept among
+// those whose status Process clears when it returns.
+func TestProcessShownBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("shown", 1)
+		addKeyed(f, 0, 20, 5, map[string]int{})
+		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()))...)
+		var p *processor
+		var failed atomic.Bool
+		var handled atomic.Int64
+		stop := startProcess(sub, func(ctx context.Context, m *Message) error {
+			if string(m.Data()) == "k0/0" && !failed.Swap(true) {
+				return errors.New("once")
+			}
+			handled.Add(1)
+			return nil
+		}, WithRetryBackoff(time.Millisecond, 10*time.Millisecond), func(c *processConfig) { c.started = func(x *processor) { p = x } })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.EqualValues(t, 20, handled.Load())
+		p.mu.Lock()
+		shown := len(p.shown)
+		p.mu.Unlock()
+		require.NoError(t, stop())
+		require.Zero(t, shown, "shards kept to clear once nothing fails")
+	})
+}

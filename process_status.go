@@ -40,6 +40,7 @@ func (p *processor) publish(l *lane, w *worker) {
 	}
 	if oldest == nil {
 		w.setProcessStatus(nil)
+		delete(p.shown, w) // nothing to clear when Process returns: shown stays bounded
 		return
 	}
 	m, of := oldest.m, p.fails[oldest]
