@@ -37,7 +37,9 @@ func sourceTable(t *testing.T, c *dynamodb.Client, hash, rangeKey string) string
 	_, err := c.CreateTable(context.Background(), in)
 	require.NoError(t, err)
 	require.NoError(t, dynamodb.NewTableExistsWaiter(c).Wait(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 30*time.Second))
-	t.Cleanup(func() { _, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)}) })
+	t.Cleanup(func() {
+		_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
 	return name
 }
 
@@ -60,7 +62,9 @@ func kinesubTable(t *testing.T, c *dynamodb.Client) *lease.DynamoDB {
 	t.Helper()
 	store := lease.NewDynamoDB(c, testenv.Name(t))
 	require.NoError(t, store.EnsureTable(context.Background()))
-	t.Cleanup(func() { _, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(store.Table())}) })
+	t.Cleanup(func() {
+		_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(store.Table())})
+	})
 	return store
 }
 
