@@ -31,7 +31,9 @@ type reader struct {
 	ask            int // the most records to ask for: WithBatchSize, less after calls timed out
 	attempt        int
 	// skipSeq, skipSub: the source was opened at a user record inside a KPL aggregate; the
-	// first user records (skipSub of them) of the aggregate skipSeq are not delivered.
+	// first user records (skipSub of them) of the aggregate skipSeq are not delivered. When
+	// skipSeq is not an aggregate, a positive skipSub means the record itself is handled (as
+	// a checkpoint imported from the KCL records it) and it is not delivered.
 	skipSeq string
 	skipSub int
 	slots   []slot // scratch: the watermark slots of the page being delivered
@@ -305,6 +307,9 @@ func (r *reader) deliver(records []types.Record) bool {
 			r.skipSeq, r.skipSub = "", 0
 		}
 		if !isAggregated(rec.Data) {
+			if skip > 0 {
+				continue // a positive sub-sequence on a record that is no aggregate: it is handled
+			}
 			m := out.add()
 			m.off, m.arrival = uint32(len(slots)), arrival
 			m.setSeq(seq)

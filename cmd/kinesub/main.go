@@ -1,0 +1,170 @@
+// Command kinesub carries another consumer's checkpoints into a kinesub lease table, so that a
+// team moving to kinesub resumes where its old consumer stopped instead of reprocessing the
+// stream's retention window:
+//
+//	kinesub import-kcl    -from <KCL lease table>     -stream <name> -to <kinesub table>
+//	kinesub import-harlow -from <harlow table> -app <app name> -stream <name> -to <kinesub table>
+//	kinesub import-crate  -from <crate lease table>   -stream <name> -to <kinesub table> [-legacy]
+//
+// Each wraps an importer of package lease (Importer.KCL, Importer.Harlow, Importer.Crate). Flags
+// common to all: -dry-run (report, write nothing), -force (import although the KCL's workers
+// look live), -overwrite (replace the checkpoint of a shard whose kinesub lease is held), -json.
+// import-kcl also takes -watch (default 10s), -at-timestamp (RFC 3339, for AT_TIMESTAMP rows) and
+// -stream-id (account:stream:creationEpoch, for a multi-stream table).
+//
+// The region, the credentials and the endpoint come from the standard AWS environment
+// (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB…); -endpoint overrides the DynamoDB
+// endpoint. The kinesub table is created when missing. Stop the old consumer first: the
+// import refuses while the KCL's workers renew their leases.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "kinesub:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = "usage: kinesub import-kcl|import-harlow|import-crate -from <table> -stream <name> -to <kinesub table> [flags]"
+
+// run carries out one command; main only wires it to the process.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return flag.ErrHelp
+	}
+	cmd := args[0]
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	from := fs.String("from", "", "the source table")
+	to := fs.String("to", "", "the kinesub lease table (created when missing)")
+	stream := fs.String("stream", "", "the stream name")
+	endpoint := fs.String("endpoint", "", "DynamoDB endpoint URL (default: from the AWS environment)")
+	dryRun := fs.Bool("dry-run", false, "report what would be written, write nothing")
+	force := fs.Bool("force", false, "import although the KCL's workers look live")
+	overwrite := fs.Bool("overwrite", false, "replace checkpoints of shards whose kinesub lease is held")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	var app, streamID, at string
+	var watch time.Duration
+	var legacy bool
+	switch cmd {
+	case "import-kcl":
+		fs.DurationVar(&watch, "watch", 10*time.Second, "how long to watch the KCL's lease counters for live workers")
+		fs.StringVar(&streamID, "stream-id", "", "multi-stream identifier account:stream:creationEpoch")
+		fs.StringVar(&at, "at-timestamp", "", "RFC 3339 instant the KCL's AT_TIMESTAMP checkpoints stand for")
+	case "import-harlow":
+		fs.StringVar(&app, "app", "", "harlow's application name (rows are namespaced <app>-<stream>)")
+	case "import-crate":
+		fs.BoolVar(&legacy, "legacy", false, "also read rows keyed by the bare shard id (crate 0.6)")
+	default:
+		fmt.Fprintln(stderr, usage)
+		return fmt.Errorf("unknown command %q", cmd)
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *from == "" || *to == "" || *stream == "" || (cmd == "import-harlow" && app == "") {
+		fs.Usage()
+		return errors.New("-from, -to and -stream are required (and -app for import-harlow)")
+	}
+	opts := []lease.ImportOption{lease.WithWatch(watch)}
+	if *dryRun {
+		opts = append(opts, lease.WithDryRun())
+	}
+	if *force {
+		opts = append(opts, lease.WithForce())
+	}
+	if *overwrite {
+		opts = append(opts, lease.WithOverwrite())
+	}
+	if streamID != "" {
+		opts = append(opts, lease.WithKCLStreamIdentifier(streamID))
+	}
+	if at != "" {
+		t, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			return fmt.Errorf("-at-timestamp: %w", err)
+		}
+		opts = append(opts, lease.WithAtTimestamp(t))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("AWS configuration: %w", err)
+	}
+	client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		if *endpoint != "" {
+			o.BaseEndpoint = aws.String(*endpoint)
+		}
+	})
+	var dst lease.Store = lease.NewDynamoDB(client, *to)
+	if !*dryRun {
+		if err := dst.(*lease.DynamoDB).EnsureTable(ctx); err != nil {
+			return err
+		}
+	} else if _, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: to}); err != nil {
+		var missing *types.ResourceNotFoundException
+		if !errors.As(err, &missing) {
+			return fmt.Errorf("describe %s: %w", *to, err)
+		}
+		dst = lease.NewMemory() // a dry run into a table not yet created: every lease is absent
+	}
+	imp := lease.NewImporter(opts...)
+	var rep lease.ImportReport
+	switch cmd {
+	case "import-kcl":
+		rep, err = imp.KCL(ctx, client, *from, *stream, dst)
+	case "import-harlow":
+		rep, err = imp.Harlow(ctx, client, *from, app, *stream, dst)
+	case "import-crate":
+		rep, err = imp.Crate(ctx, client, *from, *stream, legacy, dst)
+	}
+	if err != nil {
+		return err
+	}
+	return printReport(stdout, rep, *asJSON)
+}
+
+func printReport(w io.Writer, rep lease.ImportReport, asJSON bool) error {
+	if asJSON {
+		e := json.NewEncoder(w)
+		e.SetIndent("", "  ")
+		return e.Encode(rep)
+	}
+	verb := "imported"
+	if rep.DryRun {
+		verb = "would import"
+	}
+	fmt.Fprintf(w, "%s: stream %s: %d rows read, %s %d, %d unchanged, %d skipped\n",
+		rep.Source, rep.Stream, rep.Rows, verb, rep.Imported, rep.Unchanged, rep.Skipped)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SHARD\tACTION\tFROM\tCHECKPOINT\tSUB-SEQUENCE")
+	for _, s := range rep.Shards {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", s.Shard, s.Action, s.From, s.Checkpoint.Sequence, s.Checkpoint.SubSequence)
+	}
+	return tw.Flush()
+}

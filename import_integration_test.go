@@ -1,0 +1,267 @@
+package kinesub
+
+import (
+	"context"
+	"math/big"
+	"sort"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/internal/testenv"
+	"github.com/gostream/kinesub/lease"
+)
+
+// sourceTable creates a DynamoDB table keyed as another consumer keys its checkpoints (hash, and
+// range when not empty), deleted when the test ends.
+func sourceTable(t *testing.T, c *dynamodb.Client, hash, rangeKey string) string {
+	t.Helper()
+	name := testenv.Name(t) + "-src"
+	in := &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		BillingMode:          ddbtypes.BillingModePayPerRequest,
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String(hash), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: ddbtypes.KeyTypeHash}},
+	}
+	if rangeKey != "" {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, ddbtypes.AttributeDefinition{AttributeName: aws.String(rangeKey), AttributeType: ddbtypes.ScalarAttributeTypeS})
+		in.KeySchema = append(in.KeySchema, ddbtypes.KeySchemaElement{AttributeName: aws.String(rangeKey), KeyType: ddbtypes.KeyTypeRange})
+	}
+	_, err := c.CreateTable(context.Background(), in)
+	require.NoError(t, err)
+	require.NoError(t, dynamodb.NewTableExistsWaiter(c).Wait(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 30*time.Second))
+	t.Cleanup(func() {
+		_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	return name
+}
+
+func putItem(t *testing.T, c *dynamodb.Client, table string, attrs map[string]string) {
+	t.Helper()
+	item := map[string]ddbtypes.AttributeValue{}
+	for k, v := range attrs {
+		if k == "leaseCounter" || k == "checkpointSubSequenceNumber" {
+			item[k] = &ddbtypes.AttributeValueMemberN{Value: v}
+			continue
+		}
+		item[k] = &ddbtypes.AttributeValueMemberS{Value: v}
+	}
+	_, err := c.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item})
+	require.NoError(t, err)
+}
+
+// kinesubTable is a fresh kinesub lease table.
+func kinesubTable(t *testing.T, c *dynamodb.Client) *lease.DynamoDB {
+	t.Helper()
+	store := lease.NewDynamoDB(c, testenv.Name(t))
+	require.NoError(t, store.EnsureTable(context.Background()))
+	t.Cleanup(func() {
+		_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(store.Table())})
+	})
+	return store
+}
+
+// drainSorted receives n messages and returns their payloads sorted (for several shards).
+func drainSorted(t *testing.T, sub *Subscriber, n int) []string {
+	got := payloads(recv(t, sub, n, true))
+	sort.Strings(got)
+	return got
+}
+
+// TestImportKCL: a KCL lease table in multi-stream mode, with a checkpoint inside a KPL
+// aggregate, one on a plain record and rows of another stream; after the import a subscriber
+// delivers exactly the records after each checkpoint, and a second import changes nothing.
+func TestImportKCL(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	s := newStream(t, 1)
+	shard := s.shardIDs()[0]
+	s.put("k", []byte("p0"))
+	aggs := kplAggregate(t, users("a", 5))
+	seqA := s.putKPL(aggs[0], false)
+	s.put("k", []byte("p1"))
+	s.put("k", []byte("p2"))
+
+	plain := newStream(t, 1)
+	seqQ0 := plain.put("k", []byte("q0"))
+	plain.put("k", []byte("q1"))
+
+	kcl := sourceTable(t, ddb, "leaseKey", "")
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": "123456789012:" + s.name + ":1700000000:" + shard,
+		"checkpoint": seqA, "checkpointSubSequenceNumber": "2", "leaseCounter": "7", "leaseOwner": "worker-1"})
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": "123456789012:" + plain.name + ":1700000000:" + shard,
+		"checkpoint": seqQ0, "checkpointSubSequenceNumber": "0", "leaseCounter": "3", "leaseOwner": "worker-2"})
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": "123456789012:elsewhere:1700000000:" + shard,
+		"checkpoint": "TRIM_HORIZON", "leaseCounter": "1"})
+
+	store := kinesubTable(t, ddb)
+	ctx := context.Background()
+	imp := lease.NewImporter(lease.WithWatch(0))
+
+	rep, err := lease.NewImporter(lease.WithWatch(0), lease.WithDryRun()).KCL(ctx, ddb, kcl, s.name, store)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Imported)
+	all, err := store.List(ctx)
+	require.NoError(t, err)
+	require.Empty(t, all, "a dry run writes nothing")
+
+	rep, err = imp.KCL(ctx, ddb, kcl, s.name, store)
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 1, 2}, []int{rep.Rows, rep.Imported, rep.Skipped})
+	rep, err = imp.KCL(ctx, ddb, kcl, plain.name, store)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Imported)
+
+	before, err := store.List(ctx)
+	require.NoError(t, err)
+	for _, l := range before {
+		require.Empty(t, l.Owner, "%s: imported leases are free", l.Key)
+		require.True(t, l.Expiry.IsZero(), "%s: imported leases carry no expiry", l.Key)
+	}
+	rep, err = imp.KCL(ctx, ddb, kcl, s.name, store)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, []int{rep.Imported, rep.Unchanged})
+	after, err := store.List(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "importing twice changes nothing")
+
+	sub := subscribeT(t, s, testOpts(store)...)
+	require.Equal(t, []string{"a3", "a4", "p1", "p2"}, payloads(recv(t, sub, 4, true)), "resumed after user record 2 of the aggregate")
+	none(t, sub)
+	sub2 := subscribeT(t, plain, testOpts(store)...)
+	require.Equal(t, []string{"q1"}, payloads(recv(t, sub2, 1, true)), "resumed after the plain record")
+	none(t, sub2)
+}
+
+// TestImportKCLSentinels: SHARD_END on a split parent and TRIM_HORIZON on a child carry over:
+// the parent's records are not read again, the children's are.
+func TestImportKCLSentinels(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	s := newStream(t, 1)
+	parent := s.shardIDs()[0]
+	s.put("k", []byte("old"))
+	s.splitShard(parent)
+	testenv.WaitActive(t, s.c, s.name)
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	for i, h := range []string{"0", mid.String()} {
+		_, err := s.c.PutRecord(context.Background(), &kinesis.PutRecordInput{StreamName: aws.String(s.name),
+			PartitionKey: aws.String("k"), ExplicitHashKey: aws.String(h), Data: []byte("child" + strconv.Itoa(i))})
+		require.NoError(t, err)
+	}
+	kcl := sourceTable(t, ddb, "leaseKey", "")
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": parent, "checkpoint": "SHARD_END", "leaseCounter": "9"})
+	var children []string
+	for _, id := range s.shardIDs() {
+		if id != parent {
+			children = append(children, id)
+		}
+	}
+	require.Len(t, children, 2)
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": children[0], "checkpoint": "TRIM_HORIZON", "leaseCounter": "1"})
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": children[1], "checkpoint": "TRIM_HORIZON", "leaseCounter": "1"})
+
+	store := kinesubTable(t, ddb)
+	rep, err := lease.NewImporter(lease.WithWatch(0)).KCL(context.Background(), ddb, kcl, s.name, store)
+	require.NoError(t, err)
+	require.Equal(t, 3, rep.Imported)
+	sub := subscribeT(t, s, testOpts(store)...)
+	require.Equal(t, []string{"child0", "child1"}, drainSorted(t, sub, 2))
+	none(t, sub)
+}
+
+// TestImportKCLRefusesLiveWorkers: a lease counter that moves during the watch window refuses
+// the import, naming the worker; WithForce goes ahead.
+func TestImportKCLRefusesLiveWorkers(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	kcl := sourceTable(t, ddb, "leaseKey", "")
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": "shardId-000000000000", "checkpoint": "TRIM_HORIZON", "leaseCounter": "1", "leaseOwner": "worker-7"})
+	store := kinesubTable(t, ddb)
+
+	run := func(opts ...lease.ImportOption) (lease.ImportReport, error) {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { // a live worker renewing its lease until the import returns
+			defer wg.Done()
+			for n := 2; ; n++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				// Errors are ignored here (not the test's goroutine): a missed renewal only
+				// slows the worker down.
+				_, _ = ddb.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(kcl), Item: map[string]ddbtypes.AttributeValue{
+					"leaseKey":     &ddbtypes.AttributeValueMemberS{Value: "shardId-000000000000"},
+					"checkpoint":   &ddbtypes.AttributeValueMemberS{Value: "TRIM_HORIZON"},
+					"leaseCounter": &ddbtypes.AttributeValueMemberN{Value: strconv.Itoa(n)},
+					"leaseOwner":   &ddbtypes.AttributeValueMemberS{Value: "worker-7"},
+				}})
+			}
+		}()
+		defer wg.Wait()
+		defer close(done)
+		return lease.NewImporter(append(opts, lease.WithWatch(300*time.Millisecond))...).KCL(context.Background(), ddb, kcl, "orders", store)
+	}
+	_, err := run()
+	require.ErrorIs(t, err, lease.ErrImportRefused)
+	require.ErrorContains(t, err, "worker-7")
+	all, err := store.List(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, all)
+	rep, err := run(lease.WithForce())
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Imported)
+}
+
+// TestImportHarlowAndCrate: harlow's rows (namespace "<app>-<stream>", shard_id,
+// sequence_number) and the Rust crate's (lease_key "<stream>:<shard>" in 0.7, the bare shard
+// id in 0.6) resume after their checkpoints.
+func TestImportHarlowAndCrate(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	ctx := context.Background()
+	imp := lease.NewImporter()
+
+	h := newStream(t, 1)
+	shard := h.shardIDs()[0]
+	seqH := h.put("k", []byte("h0"))
+	h.put("k", []byte("h1"))
+	harlow := sourceTable(t, ddb, "namespace", "shard_id")
+	putItem(t, ddb, harlow, map[string]string{"namespace": "app-" + h.name, "shard_id": shard, "sequence_number": seqH})
+	putItem(t, ddb, harlow, map[string]string{"namespace": "app-other", "shard_id": shard, "sequence_number": seqH})
+	store := kinesubTable(t, ddb)
+	rep, err := imp.Harlow(ctx, ddb, harlow, "app", h.name, store)
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 1}, []int{rep.Imported, rep.Skipped})
+	sub := subscribeT(t, h, testOpts(store)...)
+	require.Equal(t, []string{"h1"}, payloads(recv(t, sub, 1, true)))
+	none(t, sub)
+
+	for _, legacy := range []bool{false, true} {
+		c := newStream(t, 1)
+		seqC := c.put("k", []byte("c0"))
+		c.put("k", []byte("c1"))
+		crate := sourceTable(t, ddb, "lease_key", "")
+		key := c.name + ":" + shard
+		if legacy {
+			key = shard
+		}
+		putItem(t, ddb, crate, map[string]string{"lease_key": key, "checkpoint": seqC})
+		putItem(t, ddb, crate, map[string]string{"lease_key": "other:" + shard, "checkpoint": seqC})
+		store := lease.NewDynamoDB(ddb, testenv.Name(t)+"-"+strconv.FormatBool(legacy))
+		require.NoError(t, store.EnsureTable(ctx))
+		t.Cleanup(func() { _, _ = ddb.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(store.Table())}) })
+		rep, err := imp.Crate(ctx, ddb, crate, c.name, legacy, store)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Imported, "legacy %v", legacy)
+		sub := subscribeT(t, c, testOpts(store)...)
+		require.Equal(t, []string{"c1"}, payloads(recv(t, sub, 1, true)), "legacy %v", legacy)
+		none(t, sub)
+	}
+}

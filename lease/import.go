@@ -1,0 +1,233 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrImportRefused is wrapped by the importers' errors when they write nothing: the other
+// consumer's workers still run, a row cannot be translated, or a shard's kinesub lease is held.
+var ErrImportRefused = errors.New("lease: import refused")
+
+// importOwner holds a lease for the instant an import writes its checkpoint; the lease is
+// released (free: no owner, zero expiry) at once.
+const importOwner = "kinesub-import"
+
+// ImportReport says what an import wrote, or would write in a dry run.
+type ImportReport struct {
+	Source    string // "kcl", "harlow" or "crate"
+	Stream    string
+	Rows      int  // rows read from the source table
+	Imported  int  // shards whose checkpoint was written (or would be, in a dry run)
+	Unchanged int  // shards whose kinesub lease already held the same checkpoint
+	Skipped   int  // rows of other streams, and rows with no checkpoint to carry over
+	DryRun    bool // nothing was written
+	Shards    []ImportedShard
+}
+
+// ImportedShard is one shard's row in an ImportReport.
+type ImportedShard struct {
+	Shard      string
+	From       string     // the source row's checkpoint, as stored there
+	Checkpoint Checkpoint // the kinesub checkpoint it translates to
+	Action     string     // "import", "unchanged" or "skip"
+}
+
+// Importer carries the options of the importers; NewImporter builds one.
+type Importer struct {
+	dryRun, force, overwrite bool
+	watch                    time.Duration
+	at                       time.Time
+	streamID                 string
+	now                      func() time.Time
+}
+
+// ImportOption configures an Importer.
+type ImportOption func(*Importer)
+
+// WithDryRun makes the import write nothing and report what it would write. Default off.
+func WithDryRun() ImportOption { return func(i *Importer) { i.dryRun = true } }
+
+// WithForce imports although the source table's workers look live (a lease counter changed
+// during the watch window). Default off: the import is refused, naming the live workers.
+func WithForce() ImportOption { return func(i *Importer) { i.force = true } }
+
+// WithOverwrite replaces the checkpoint of a shard whose kinesub lease is held by a subscriber.
+// Default off: such a shard refuses the whole import.
+func WithOverwrite() ImportOption { return func(i *Importer) { i.overwrite = true } }
+
+// WithWatch sets how long ImportKCL watches the KCL's lease counters for live workers: by
+// default 10s, the KCL's failover time. Zero skips the watch; negative is an error.
+func WithWatch(d time.Duration) ImportOption { return func(i *Importer) { i.watch = d } }
+
+// WithAtTimestamp gives the instant the KCL's AT_TIMESTAMP checkpoints stand for (the KCL keeps
+// it in its configuration, not in the table). Without it such a row cannot be translated.
+func WithAtTimestamp(t time.Time) ImportOption { return func(i *Importer) { i.at = t } }
+
+// WithKCLStreamIdentifier selects the rows of a multi-stream KCL table by their stream
+// identifier, "account:stream:creationEpoch". Without it the rows are selected by stream name,
+// and a table holding two streams of that name (a stream recreated) is refused.
+func WithKCLStreamIdentifier(id string) ImportOption { return func(i *Importer) { i.streamID = id } }
+
+// NewImporter returns an Importer with opts applied over the defaults.
+func NewImporter(opts ...ImportOption) *Importer {
+	i := &Importer{watch: 10 * time.Second, now: time.Now}
+	for _, o := range opts {
+		o(i)
+	}
+	return i
+}
+
+func (i *Importer) validate() error {
+	if i.watch < 0 {
+		return fmt.Errorf("%w: WithWatch(%v) must not be negative", ErrInvalidArgument, i.watch)
+	}
+	return nil
+}
+
+// sourceRow is one shard's checkpoint as another consumer stored it, already tied to a shard
+// of the stream being imported.
+type sourceRow struct {
+	shard, checkpoint string
+	sub               int64 // the last handled user record of an aggregate, as the KCL counts it
+	hasSub            bool
+}
+
+// translateCheckpoint turns a KCL-style checkpoint into kinesub's: ok false with no error when
+// the row carries nothing to import (no checkpoint yet).
+func translateCheckpoint(r sourceRow, at, now time.Time) (Checkpoint, bool, error) {
+	switch c := r.checkpoint; c {
+	case "":
+		return Checkpoint{}, false, nil
+	case "TRIM_HORIZON":
+		return Checkpoint{Sequence: TrimHorizon}, true, nil
+	case "SHARD_END":
+		return Checkpoint{Sequence: ShardEnd}, true, nil
+	case "LATEST":
+		// Opened at the tip, nothing handled yet: the tip as of the import, so that what is
+		// published before a kinesub subscriber opens the shard is not skipped.
+		return Checkpoint{Sequence: AtTimestampPrefix + strconv.FormatInt(now.UnixMilli(), 10)}, true, nil
+	case "AT_TIMESTAMP":
+		if at.IsZero() {
+			return Checkpoint{}, false, fmt.Errorf("shard %s: checkpoint AT_TIMESTAMP needs the instant it stands for (WithAtTimestamp)", r.shard)
+		}
+		return Checkpoint{Sequence: AtTimestampPrefix + strconv.FormatInt(at.UnixMilli(), 10)}, true, nil
+	default:
+		if !isSequenceNumber(c) {
+			return Checkpoint{}, false, fmt.Errorf("shard %s: checkpoint %q is neither a sequence number nor a known marker", r.shard, c)
+		}
+		if r.sub < 0 {
+			return Checkpoint{}, false, fmt.Errorf("shard %s: sub-sequence %d is negative", r.shard, r.sub)
+		}
+		if !r.hasSub {
+			return Checkpoint{Sequence: c}, true, nil
+		}
+		// The source names the last handled user record; kinesub counts the handled ones. On a
+		// record that is not an aggregate, a positive count means the record itself is handled.
+		return Checkpoint{Sequence: c, SubSequence: r.sub + 1}, true, nil
+	}
+}
+
+func isSequenceNumber(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// ShardLeaseKey is the key of a shard's lease in a kinesub table: "<stream>/<shard id>".
+func ShardLeaseKey(stream, shard string) string { return stream + "/" + shard }
+
+// apply translates rows and writes them through dst as free leases: all or nothing.
+func (i *Importer) apply(ctx context.Context, rep ImportReport, rows []sourceRow, dst Store) (ImportReport, error) {
+	if err := checkContext(ctx, "Import"); err != nil {
+		return rep, err
+	}
+	now := i.now()
+	type plan struct {
+		key string
+		cp  Checkpoint
+		cur Lease
+	}
+	var plans []plan
+	var bad []string
+	for _, r := range rows {
+		cp, ok, err := translateCheckpoint(r, i.at, now)
+		if err != nil {
+			bad = append(bad, err.Error())
+			continue
+		}
+		if !ok {
+			rep.Skipped++
+			rep.Shards = append(rep.Shards, ImportedShard{Shard: r.shard, From: r.checkpoint, Action: "skip"})
+			continue
+		}
+		key := ShardLeaseKey(rep.Stream, r.shard)
+		cur, err := dst.Read(ctx, key)
+		if err != nil {
+			return rep, fmt.Errorf("lease: import: read %s: %w", key, err)
+		}
+		if cur.Owner == "" && cur.Checkpoint == cp {
+			rep.Unchanged++
+			rep.Shards = append(rep.Shards, ImportedShard{Shard: r.shard, From: r.checkpoint, Checkpoint: cp, Action: "unchanged"})
+			continue
+		}
+		if cur.Owner != "" && !i.overwrite {
+			bad = append(bad, fmt.Sprintf("shard %s: its kinesub lease is held by %s (WithOverwrite replaces its checkpoint)", r.shard, cur.Owner))
+			continue
+		}
+		plans = append(plans, plan{key: key, cp: cp, cur: cur})
+		rep.Shards = append(rep.Shards, ImportedShard{Shard: r.shard, From: r.checkpoint, Checkpoint: cp, Action: "import"})
+	}
+	if len(bad) > 0 {
+		return ImportReport{Source: rep.Source, Stream: rep.Stream, Rows: rep.Rows, DryRun: i.dryRun},
+			fmt.Errorf("%w: %s", ErrImportRefused, strings.Join(bad, "; "))
+	}
+	rep.Imported = len(plans)
+	if i.dryRun {
+		return rep, nil
+	}
+	for n, p := range plans {
+		if err := writeFree(ctx, dst, p.key, p.cur, p.cp); err != nil {
+			rep.Imported = n
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// writeFree records cp as the lease's checkpoint and leaves the lease free: taken without a TTL
+// (no expiry is ever written), checkpointed, released.
+func writeFree(ctx context.Context, dst Store, key string, cur Lease, cp Checkpoint) error {
+	var ok bool
+	var err error
+	if cur.Owner == "" {
+		ok, err = dst.Acquire(ctx, key, importOwner, 0)
+	} else {
+		ok, err = dst.Steal(ctx, key, importOwner, cur.Counter, 0)
+	}
+	if err != nil || !ok {
+		return fmt.Errorf("lease: import: take %s: changed while importing (taken: %v): %w", key, ok, err)
+	}
+	l, err := dst.Read(ctx, key)
+	if err != nil {
+		return fmt.Errorf("lease: import: read %s: %w", key, err)
+	}
+	t := l.Tenure()
+	if ok, err = dst.Checkpoint(ctx, key, t, cp); err != nil || !ok {
+		return fmt.Errorf("lease: import: checkpoint %s (written: %v): %w", key, ok, err)
+	}
+	if ok, err = dst.Release(ctx, key, t); err != nil || !ok {
+		return fmt.Errorf("lease: import: release %s (released: %v): %w", key, ok, err)
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// ImportKCL writes into dst the checkpoints of stream that the Kinesis Client Library (Java, or
+// its multilang daemon) keeps in its lease table kclTable, with the default options: see
+// Importer.KCL.
+func ImportKCL(ctx context.Context, client *dynamodb.Client, kclTable, stream string, dst Store) (ImportReport, error) {
+	return NewImporter().KCL(ctx, client, kclTable, stream, dst)
+}
+
+// KCL imports the KCL lease table kclTable's checkpoints of stream into dst, as free leases.
+// Rows are keyed by shard id, or by "account:stream:creationEpoch:shardId" in multi-stream
+// mode. A sequence-number checkpoint with checkpointSubSequenceNumber k (the last handled user
+// record of an aggregate) resumes at user record k+1; TRIM_HORIZON, LATEST (the tip as of the
+// import), AT_TIMESTAMP (see WithAtTimestamp) and SHARD_END carry over. Before writing it watches
+// the lease counters for the watch window and refuses, naming the live workers, when one
+// changed (unless WithForce). It writes nothing when any row cannot be translated, and a
+// second import of the same table changes nothing.
+func (i *Importer) KCL(ctx context.Context, client *dynamodb.Client, kclTable, stream string, dst Store) (ImportReport, error) {
+	rep := ImportReport{Source: "kcl", Stream: stream, DryRun: i.dryRun}
+	if err := i.validate(); err != nil {
+		return rep, err
+	}
+	if err := checkImportArgs(ctx, client, kclTable, stream, dst); err != nil {
+		return rep, err
+	}
+	items, err := scanAll(ctx, client, kclTable)
+	if err != nil {
+		return rep, err
+	}
+	if i.watch > 0 {
+		t := time.NewTimer(i.watch)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return rep, ctx.Err()
+		case <-t.C:
+		}
+		again, err := scanAll(ctx, client, kclTable)
+		if err != nil {
+			return rep, err
+		}
+		if live := liveWorkers(items, again); len(live) > 0 && !i.force {
+			return rep, fmt.Errorf("%w: KCL workers still hold leases of table %s: %s (stop them, or use WithForce)",
+				ErrImportRefused, kclTable, strings.Join(live, ", "))
+		}
+		items = again
+	}
+	rows, skipped, err := kclRows(items, stream, i.streamID)
+	if err != nil {
+		return rep, fmt.Errorf("%w: %w", ErrImportRefused, err)
+	}
+	rep.Rows, rep.Skipped = len(items), skipped
+	return i.apply(ctx, rep, rows, dst)
+}
+
+// liveWorkers names the owners of the leases whose counter moved between two scans.
+func liveWorkers(before, after []map[string]types.AttributeValue) []string {
+	counters := map[string]string{}
+	for _, it := range before {
+		counters[attrS(it, "leaseKey")] = attrN(it, "leaseCounter")
+	}
+	seen := map[string]bool{}
+	var live []string
+	for _, it := range after {
+		if c, ok := counters[attrS(it, "leaseKey")]; ok && c == attrN(it, "leaseCounter") {
+			continue
+		}
+		owner := attrS(it, "leaseOwner")
+		if owner == "" {
+			owner = "(no owner, lease " + attrS(it, "leaseKey") + ")"
+		}
+		if !seen[owner] {
+			seen[owner] = true
+			live = append(live, owner)
+		}
+	}
+	sort.Strings(live)
+	return live
+}
+
+// kclRows selects the rows of stream from a KCL lease table (single- or multi-stream) and reads
+// their checkpoints; skipped counts the rows of other streams.
+func kclRows(items []map[string]types.AttributeValue, stream, streamID string) ([]sourceRow, int, error) {
+	var rows []sourceRow
+	ids := map[string]bool{}
+	skipped := 0
+	for _, it := range items {
+		key := attrS(it, "leaseKey")
+		shard := key
+		if parts := strings.Split(key, ":"); len(parts) == 4 {
+			id := strings.Join(parts[:3], ":")
+			if (streamID != "" && id != streamID) || (streamID == "" && parts[1] != stream) {
+				skipped++
+				continue
+			}
+			ids[id] = true
+			shard = parts[3]
+		} else if !strings.HasPrefix(key, "shardId-") {
+			skipped++ // not a shard lease (the KCL 3 keeps other rows in other tables)
+			continue
+		}
+		r := sourceRow{shard: shard, checkpoint: attrS(it, "checkpoint")}
+		if s := attrN(it, "checkpointSubSequenceNumber"); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return nil, 0, fmt.Errorf("lease %s: checkpointSubSequenceNumber %q: %w", key, s, err)
+			}
+			r.sub, r.hasSub = n, true
+		}
+		rows = append(rows, r)
+	}
+	if len(ids) > 1 {
+		var names []string
+		for id := range ids {
+			names = append(names, id)
+		}
+		sort.Strings(names)
+		return nil, 0, fmt.Errorf("the table holds stream %s under several identifiers (%s): name one with WithKCLStreamIdentifier",
+			stream, strings.Join(names, ", "))
+	}
+	return rows, skipped, nil
+}
+
+// Harlow imports the checkpoints that harlow/kinesis-consumer's DynamoDB store keeps in table
+// for the application appName (its rows: "namespace" = "<appName>-<stream>", "shard_id",
+// "sequence_number", the last handled record) into dst, as free leases.
+func (i *Importer) Harlow(ctx context.Context, client *dynamodb.Client, table, appName, stream string, dst Store) (ImportReport, error) {
+	rep := ImportReport{Source: "harlow", Stream: stream, DryRun: i.dryRun}
+	if err := i.validate(); err != nil {
+		return rep, err
+	}
+	if err := checkImportArgs(ctx, client, table, stream, dst); err != nil {
+		return rep, err
+	}
+	items, err := scanAll(ctx, client, table)
+	if err != nil {
+		return rep, err
+	}
+	ns := appName + "-" + stream
+	var rows []sourceRow
+	for _, it := range items {
+		if attrS(it, "namespace") != ns {
+			rep.Skipped++
+			continue
+		}
+		rows = append(rows, sourceRow{shard: attrS(it, "shard_id"), checkpoint: attrS(it, "sequence_number")})
+	}
+	rep.Rows = len(items)
+	return i.apply(ctx, rep, rows, dst)
+}
+
+// Crate imports the checkpoints that the Rust crate ruststream-kinesis keeps in its DynamoDB
+// lease table into dst, as free leases. Its rows hold "lease_key" and "checkpoint" (a sequence
+// number or SHARD_END); the key is "<stream>:<shard id>" from 0.7 on, the bare shard id in 0.6,
+// whose rows are read only when legacy is true (they do not say which stream they belong to);
+// a shard with both keeps the 0.7 row.
+func (i *Importer) Crate(ctx context.Context, client *dynamodb.Client, table, stream string, legacy bool, dst Store) (ImportReport, error) {
+	rep := ImportReport{Source: "crate", Stream: stream, DryRun: i.dryRun}
+	if err := i.validate(); err != nil {
+		return rep, err
+	}
+	if err := checkImportArgs(ctx, client, table, stream, dst); err != nil {
+		return rep, err
+	}
+	items, err := scanAll(ctx, client, table)
+	if err != nil {
+		return rep, err
+	}
+	byShard := map[string]sourceRow{}
+	current := map[string]bool{}
+	for _, it := range items {
+		key, cp := attrS(it, "lease_key"), attrS(it, "checkpoint")
+		switch {
+		case strings.HasPrefix(key, stream+":"):
+			shard := key[len(stream)+1:]
+			byShard[shard], current[shard] = sourceRow{shard: shard, checkpoint: cp}, true
+		case legacy && !strings.Contains(key, ":") && !current[key]:
+			byShard[key] = sourceRow{shard: key, checkpoint: cp}
+		default:
+			rep.Skipped++
+		}
+	}
+	rows := make([]sourceRow, 0, len(byShard))
+	for _, r := range byShard {
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(a, b int) bool { return rows[a].shard < rows[b].shard })
+	rep.Rows = len(items)
+	return i.apply(ctx, rep, rows, dst)
+}
+
+func checkImportArgs(ctx context.Context, client *dynamodb.Client, table, stream string, dst Store) error {
+	if err := checkContext(ctx, "Import"); err != nil {
+		return err
+	}
+	switch {
+	case client == nil:
+		return fmt.Errorf("%w: nil DynamoDB client", ErrInvalidArgument)
+	case table == "":
+		return fmt.Errorf("%w: empty source table name", ErrInvalidArgument)
+	case stream == "":
+		return fmt.Errorf("%w: empty stream name", ErrInvalidArgument)
+	case dst == nil:
+		return fmt.Errorf("%w: nil destination store", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// scanAll reads every item of table, strongly consistent.
+func scanAll(ctx context.Context, client *dynamodb.Client, table string) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	p := dynamodb.NewScanPaginator(client, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("lease: import: scan %s: %w", table, err)
+		}
+		out = append(out, page.Items...)
+	}
+	return out, nil
+}
+
+func attrS(it map[string]types.AttributeValue, name string) string {
+	if v, ok := it[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func attrN(it map[string]types.AttributeValue, name string) string {
+	switch v := it[name].(type) {
+	case *types.AttributeValueMemberN:
+		return v.Value
+	case *types.AttributeValueMemberS:
+		return v.Value
+	}
+	return ""
+}

@@ -1,0 +1,143 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/stretchr/testify/require"
+)
+
+func TestTranslateCheckpoint(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	at := time.UnixMilli(1_600_000_000_000)
+	cases := []struct {
+		name string
+		row  sourceRow
+		at   time.Time
+		want Checkpoint
+		ok   bool
+		err  bool
+	}{
+		{"none yet", sourceRow{shard: "s"}, at, Checkpoint{}, false, false},
+		{"horizon", sourceRow{checkpoint: "TRIM_HORIZON"}, at, Checkpoint{Sequence: TrimHorizon}, true, false},
+		{"shard end", sourceRow{checkpoint: "SHARD_END"}, at, Checkpoint{Sequence: ShardEnd}, true, false},
+		{"latest is the tip as of the import", sourceRow{checkpoint: "LATEST"}, at, Checkpoint{Sequence: "AT_TIMESTAMP:1700000000000"}, true, false},
+		{"at timestamp", sourceRow{checkpoint: "AT_TIMESTAMP"}, at, Checkpoint{Sequence: "AT_TIMESTAMP:1600000000000"}, true, false},
+		{"at timestamp without the instant", sourceRow{checkpoint: "AT_TIMESTAMP"}, time.Time{}, Checkpoint{}, false, true},
+		{"sequence, no sub-sequence", sourceRow{checkpoint: "4960"}, at, Checkpoint{Sequence: "4960"}, true, false},
+		{"sequence, sub-sequence 0: the record (or user record 0) handled", sourceRow{checkpoint: "4960", hasSub: true}, at, Checkpoint{Sequence: "4960", SubSequence: 1}, true, false},
+		{"user record 3 handled: resume at 4", sourceRow{checkpoint: "4960", sub: 3, hasSub: true}, at, Checkpoint{Sequence: "4960", SubSequence: 4}, true, false},
+		{"negative sub-sequence", sourceRow{checkpoint: "4960", sub: -1, hasSub: true}, at, Checkpoint{}, false, true},
+		{"garbage", sourceRow{checkpoint: "12ab"}, at, Checkpoint{}, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok, err := translateCheckpoint(c.row, c.at, now)
+			require.Equal(t, c.err, err != nil, "%v", err)
+			require.Equal(t, c.ok, ok)
+			require.Equal(t, c.want, got)
+		})
+	}
+}
+
+func kclItem(key, cp string, sub, counter int, owner string) map[string]types.AttributeValue {
+	it := map[string]types.AttributeValue{
+		"leaseKey":                    &types.AttributeValueMemberS{Value: key},
+		"checkpoint":                  &types.AttributeValueMemberS{Value: cp},
+		"checkpointSubSequenceNumber": &types.AttributeValueMemberN{Value: itoa(sub)},
+		"leaseCounter":                &types.AttributeValueMemberN{Value: itoa(counter)},
+	}
+	if owner != "" {
+		it["leaseOwner"] = &types.AttributeValueMemberS{Value: owner}
+	}
+	return it
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestKCLRows(t *testing.T) {
+	items := []map[string]types.AttributeValue{
+		kclItem("shardId-000000000001", "TRIM_HORIZON", 0, 1, ""),
+		kclItem("123:orders:1700:shardId-000000000002", "SHARD_END", 0, 1, ""),
+		kclItem("123:other:1700:shardId-000000000002", "SHARD_END", 0, 1, ""),
+	}
+	rows, skipped, err := kclRows(items, "orders", "")
+	require.NoError(t, err)
+	require.Equal(t, 1, skipped)
+	require.Equal(t, []sourceRow{
+		{shard: "shardId-000000000001", checkpoint: "TRIM_HORIZON", hasSub: true},
+		{shard: "shardId-000000000002", checkpoint: "SHARD_END", hasSub: true},
+	}, rows)
+
+	// A stream recreated under the same name: the identifier must be named.
+	items = append(items, kclItem("123:orders:1800:shardId-000000000000", "LATEST", 0, 1, ""))
+	_, _, err = kclRows(items, "orders", "")
+	require.ErrorContains(t, err, "WithKCLStreamIdentifier")
+	rows, skipped, err = kclRows(items, "orders", "123:orders:1800")
+	require.NoError(t, err)
+	require.Equal(t, 2, skipped, "the other identifier's rows and the other stream's")
+	require.Len(t, rows, 2, "the bare shard id row and the selected identifier's")
+}
+
+func TestLiveWorkers(t *testing.T) {
+	before := []map[string]types.AttributeValue{kclItem("a", "1", 0, 1, "w1"), kclItem("b", "1", 0, 5, "w2")}
+	after := []map[string]types.AttributeValue{kclItem("a", "1", 0, 2, "w1"), kclItem("b", "1", 0, 5, "w2"), kclItem("c", "1", 0, 1, "w3")}
+	require.Equal(t, []string{"w1", "w3"}, liveWorkers(before, after))
+	require.Empty(t, liveWorkers(before, before))
+}
+
+func TestImportApply(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory()
+	i := NewImporter()
+	rows := []sourceRow{{shard: "s1", checkpoint: "100", sub: 2, hasSub: true}, {shard: "s2", checkpoint: "SHARD_END"}, {shard: "s3"}}
+
+	rep, err := NewImporter(WithDryRun()).apply(ctx, ImportReport{Stream: "st"}, rows, m)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Imported)
+	all, _ := m.List(ctx)
+	require.Empty(t, all, "a dry run writes nothing")
+
+	rep, err = i.apply(ctx, ImportReport{Stream: "st"}, rows, m)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Imported)
+	require.Equal(t, 1, rep.Skipped)
+	l, _ := m.Read(ctx, "st/s1")
+	require.Equal(t, Checkpoint{Sequence: "100", SubSequence: 3}, l.Checkpoint)
+	require.Empty(t, l.Owner, "imported leases are free")
+	require.True(t, l.Expiry.IsZero(), "imported leases carry no expiry")
+
+	before, _ := m.List(ctx)
+	rep, err = i.apply(ctx, ImportReport{Stream: "st"}, rows, m)
+	require.NoError(t, err)
+	require.Equal(t, 0, rep.Imported)
+	require.Equal(t, 2, rep.Unchanged)
+	after, _ := m.List(ctx)
+	require.Equal(t, before, after, "importing twice changes nothing")
+
+	// A held kinesub lease refuses the whole import, unless overwriting.
+	ok, err := m.Acquire(ctx, "st/s2", "sub-1", 0)
+	require.True(t, ok)
+	require.NoError(t, err)
+	moved := []sourceRow{{shard: "s1", checkpoint: "200"}, {shard: "s2", checkpoint: "300"}}
+	_, err = i.apply(ctx, ImportReport{Stream: "st"}, moved, m)
+	require.True(t, errors.Is(err, ErrImportRefused), "%v", err)
+	require.ErrorContains(t, err, "sub-1")
+	l, _ = m.Read(ctx, "st/s1")
+	require.Equal(t, "100", l.Checkpoint.Sequence, "nothing imported when one shard refuses")
+	rep, err = NewImporter(WithOverwrite()).apply(ctx, ImportReport{Stream: "st"}, moved, m)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Imported)
+	l, _ = m.Read(ctx, "st/s2")
+	require.Equal(t, Lease{Key: "st/s2", Counter: l.Counter, Checkpoint: Checkpoint{Sequence: "300"}}, l)
+
+	// One untranslatable row: nothing imported.
+	_, err = i.apply(ctx, ImportReport{Stream: "st"}, []sourceRow{{shard: "s1", checkpoint: "400"}, {shard: "s9", checkpoint: "AT_TIMESTAMP"}}, m)
+	require.ErrorIs(t, err, ErrImportRefused)
+	l, _ = m.Read(ctx, "st/s1")
+	require.Equal(t, "200", l.Checkpoint.Sequence)
+}
