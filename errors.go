@@ -32,7 +32,7 @@ var (
 	// ErrConsumerBusy is yielded at once by All or Batches while another All or Batches loop
 	// runs, or after Messages was called: one consumer pulls at a time, so that the stream is
 	// never split silently between two.
-	ErrConsumerBusy = errors.New("kinesub: another consumer is reading this subscription")
+	ErrConsumerBusy = errors.New("kinesub: subscription consumed another way: Messages was called, or another All, Batches or Process loop runs")
 	// ErrAlreadySettled is returned by a second Ack or Nack of the same Message.
 	ErrAlreadySettled = errors.New("kinesub: message already settled")
 	// ErrCheckpointRejected is reported (on Errors, in a ShardError) when Kinesis refuses to

@@ -10,29 +10,31 @@ import (
 	"github.com/gostream/kinesub/lease"
 )
 
-// Message is one Kinesis record delivered by a Subscriber. Its accessors return what the
-// record carried; Ack or Nack settles it. A Message is safe for use from any goroutine; its
-// Data and Headers must not be modified.
-//
-// A Message holds its own record's fields (their bytes in blocks of a few KiB that the
-// decoder shares between neighbouring records), and shares with its page only a small header:
-// a Message kept alive keeps its record, a block or two and the chunk of Messages it was
-// built in (msgChunk of them), never its page.
-//
-// A Message is not written once built: whether it was settled is a bit of its page's
-// (shardPage.settled). A record is fetched by the shard's reader and settled by the consumer,
-// often on another core, and with Process read by the goroutine that queues it and settled by
-// a worker: a write to the Message would take its cache line from every core that read it, for
-// each record, where a page's bits are written by one consumer at a time (under the shard's
-// lock when in runs), a cache line for 512 records.
-//
-// It is 64 bytes, a cache line: a reader builds one per record, tens of thousands a second,
-// and the memory written, collected and read back per record is most of what delivery costs.
-// So its payload, key and sequence number are kept as a pointer and a length each (the
-// strings' and slice's other words are not needed), and what only some records carry (an
-// envelope's headers, a position within a KPL aggregate, an outsized key or sequence number)
-// is kept apart, in x.
+// Message is one Kinesis record delivered by a Subscriber: its payload (Data), the headers
+// of its envelope (Headers), its partition key, sequence number, shard and arrival time, and
+// the position and lease holding (Tenure) it was read under. Ack marks it handled, so that its
+// shard's checkpoint may pass it; Nack gives it back unhandled. A Message is safe for use from
+// any goroutine; its Data and Headers must not be modified.
 type Message struct {
+	// Layout (internal):
+	// A Message holds its own record's fields (their bytes in blocks of a few KiB that the
+	// decoder shares between neighbouring records), and shares with its page only a small header:
+	// a Message kept alive keeps its record, a block or two and the chunk of Messages it was
+	// built in (msgChunk of them), never its page.
+	//
+	// A Message is not written once built: whether it was settled is a bit of its page's
+	// (shardPage.settled). A record is fetched by the shard's reader and settled by the consumer,
+	// often on another core, and with Process read by the goroutine that queues it and settled by
+	// a worker: a write to the Message would take its cache line from every core that read it, for
+	// each record, where a page's bits are written by one consumer at a time (under the shard's
+	// lock when in runs), a cache line for 512 records.
+	//
+	// It is 64 bytes, a cache line: a reader builds one per record, tens of thousands a second,
+	// and the memory written, collected and read back per record is most of what delivery costs.
+	// So its payload, key and sequence number are kept as a pointer and a length each (the
+	// strings' and slice's other words are not needed), and what only some records carry (an
+	// envelope's headers, a position within a KPL aggregate, an outsized key or sequence number)
+	// is kept apart, in x.
 	pg      *shardPage // shard, generation, watermark base: shared by the page's Messages
 	data    *byte      // the payload (without the header envelope): dlen bytes; nil when empty
 	key     *byte      // the partition key (a KPL user record's own): klen bytes; nil when empty

@@ -43,6 +43,7 @@ type config struct {
 	meterProvider      metric.MeterProvider
 	fanOut             *fanOutConfig // nil: poll with GetRecords (efo_options.go)
 	clientRegion       string        // the Kinesis client's region; "" when unknown (a fake)
+	listener           ShardListener // WithShardListener (listener.go)
 	probes             *probeSet     // tests only (probe.go)
 
 	errs []error // collected while applying options, reported by validate

@@ -399,6 +399,8 @@ func (r *reader) finish() bool {
 	if !r.waitUntil(func() bool { return w.wm.unsettled() == 0 }) {
 		return false
 	}
+	// Before SHARD_END is written: the children start only after it.
+	w.shardStopped(StopShardEnded)
 	ctx, cancel := context.WithTimeout(r.ctx, env.cfg.requestTimeout)
 	defer cancel()
 	if w.lockFlush(ctx) != nil {

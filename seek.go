@@ -205,6 +205,7 @@ func (w *worker) renote() {
 // apply reopens the shard where a seek asked.
 func (r *reader) apply(cmd *seekCmd) {
 	w := r.w
+	w.shardStarted(cmd.pos, true)
 	r.gen = cmd.gen
 	r.start = cmd.pos
 	r.attempt = 0

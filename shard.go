@@ -110,6 +110,8 @@ type worker struct {
 	rejected     atomic.Bool // Kinesis refuses the stored checkpoint (ErrCheckpointRejected)
 
 	failing atomic.Pointer[FailingRecord] // the record Process has retried longest; for Shards
+
+	listen listening // the ShardListener's calls so far (listener.go); life's goroutine only
 }
 
 func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
@@ -156,6 +158,7 @@ func (w *worker) life() {
 	}
 	defer func() { <-w.flusherDone }()
 	if read {
+		w.shardStarted(w.start, false)
 		w.read()
 	}
 	close(w.readerDone)
@@ -164,10 +167,12 @@ func (w *worker) life() {
 		// A lease stolen and never read is left to expire: its previous owner may still read.
 		w.drain(w.startDelay > 0 && !read)
 	case stateEnded: // also when a Close came as the shard ended
+		w.shardStopped(StopShardEnded) // called by the reader already, before SHARD_END
 		w.passBarrier()
 		w.stopKeeping(context.Background())
 		w.releaseFinished()
 	default: // lost
+		w.shardStopped(StopLeaseLost)
 		w.passBarrier()
 		// A checkpoint write still in flight ends before the shard can be taken again here.
 		w.stopKeeping(context.Background())
@@ -323,6 +328,15 @@ func (w *worker) drain(expire bool) {
 	var err error
 	if !expire {
 		err = w.flush(write)
+	}
+	// Told before the release, so that the shard's next owner starts after it.
+	switch {
+	case w.state() != stateDraining:
+		w.shardStopped(StopLeaseLost)
+	case end.cause == causeHandBack:
+		w.shardStopped(StopHandedBack)
+	default:
+		w.shardStopped(StopClosing)
 	}
 	if end.drained != nil {
 		w.passBarrier()

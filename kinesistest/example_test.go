@@ -38,7 +38,10 @@ func Example() {
 	}
 	defer sub.Close(ctx)
 	for range 3 {
-		msg := <-sub.Messages()
+		msg, ok := <-sub.Messages()
+		if !ok {
+			log.Fatal(sub.Err()) // the subscription ended
+		}
 		fmt.Println(report(msg))
 		if err := msg.Ack(ctx); err != nil {
 			log.Fatal(err)

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -43,7 +44,8 @@ func main() {
 			log.Print(err)
 		}
 	}
-	if err := sub.Err(); err != nil {
+	// Ctrl-C ends the subscription through ctx, cleanly: Messages closed once leases were released.
+	if err := sub.Err(); err != nil && !(errors.Is(err, kinesub.ErrSubscriptionEnded) && ctx.Err() != nil) {
 		log.Fatal(err)
 	}
 }
