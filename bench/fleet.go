@@ -25,7 +25,7 @@ import (
 // lease store (lease.Memory: the lease table's own cost is measured by leasecost and
 // leasewrites, not here).
 var (
-	fleetOn        = flag.Bool("fleet", false, "run the fleet section (many shards, many instances in one process)")
+	fleetOn        = flag.Bool("fleet", true, "run the fleet section (many shards, many instances in one process)")
 	fleetShards    = flag.Int("fleet-shards", 2000, "shards of the fleet stream (10,000 on a large machine)")
 	fleetInstances = flag.Int("fleet-instances", 16, "instances of the fleet (50 on a large machine)")
 	fleetTTL       = flag.Duration("fleet-ttl", 3*time.Second, "lease TTL of the fleet's instances")
