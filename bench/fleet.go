@@ -120,6 +120,8 @@ type fleetMember struct {
 	store   *cutStore
 	drained sync.WaitGroup
 	closed  chan error // set once the instance is closing
+	waited  bool       // wait has returned once
+	err     error      // Close's result, once waited
 }
 
 // fleet tracks what every instance delivered and acknowledged.
@@ -171,10 +173,13 @@ func (m *fleetMember) close(bound time.Duration) {
 	}()
 }
 
+// wait waits for the Close that close began and for the drain; it may be called again.
 func (m *fleetMember) wait() error {
-	err := <-m.closed
-	m.drained.Wait()
-	return err
+	if !m.waited {
+		m.err, m.waited = <-m.closed, true
+		m.drained.Wait()
+	}
+	return m.err
 }
 
 // shardOwners returns each shard's owner in the store (holding or not), and the count per owner.
@@ -404,10 +409,9 @@ func fleetFigures() error {
 			m.close(time.Minute)
 		}
 	}
-	for _, m := range f.members[quarter+len(closing):] {
+	for _, m := range f.members {
 		_ = m.wait()
 	}
-	f.members = f.members[:quarter+len(closing)] // the rest are waited for
 	bare, err := bareIdleCPU(ctx, kc, stream, shards)
 	if err != nil {
 		return err
