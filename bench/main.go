@@ -62,7 +62,7 @@ var (
 	inProcess   = flag.Bool("inprocess", true, "run the in-process go benchmarks")
 	endToEnd    = flag.Bool("e2e", true, "run the end-to-end passes on the local Kinesis server")
 	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the end-to-end kinesub passes to this file")
-	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process")
+	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet")
 	pollEvery   = 20 * time.Millisecond
 	passTimeout = 3 * time.Minute
 )
@@ -100,6 +100,7 @@ var sections = []section{
 	{"startup", startup, startupFigures},
 	{"publish", publishFigs, publishFigures},
 	{"process", processFigs, processFigures},
+	{"fleet", fleetOn, fleetFigures},
 }
 
 func run() error {
@@ -113,7 +114,7 @@ func run() error {
 			delete(unknown, sec.name)
 		}
 		if len(unknown) > 0 {
-			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process", *only, slices.Sorted(maps.Keys(unknown)))
+			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet", *only, slices.Sorted(maps.Keys(unknown)))
 		}
 	}
 	// An endpoint that is set must be local; the sections that need one check it is set.
