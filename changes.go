@@ -26,8 +26,10 @@ import (
 // TTL/3 and, once its counter stood still for reapAfter, takes the row over and bumps the change
 // row for everyone; the claim rounds that follow take over the leases bound to it.
 //
-// The change row needs a store that lists one stream's rows (lease.PrefixLister). With any
-// other store a subscriber reads the whole store every claim tick, as it always did.
+// Every subscriber keeps to the change row whatever its store: a thief that did not move it
+// would leave its victim confirming leases that are no longer its own (tenure.go), so two
+// would read one shard. A claim round lists the stream's rows alone when the store can
+// (lease.PrefixLister), and the whole store otherwise.
 
 // changesRow is the change row's key after "<stream>/". Shard ids never contain '/', and
 // subscribers that predate the row take it for the lease of a shard they do not list, which
@@ -40,22 +42,18 @@ const changeHold = time.Second
 // changeRow bumps the stream's change row. Bumps that arrive while one is being written are
 // folded into one more write after it.
 type changeRow struct {
-	key    string // "<stream>/~table/changes"
-	lister lease.PrefixLister
+	key    string             // "<stream>/~table/changes"
+	lister lease.PrefixLister // nil: the store lists only all of its rows
 
 	mu      sync.Mutex
 	running bool // a bump is being written
 	again   bool // another was asked for meanwhile
 }
 
-// newChangeRow returns the change row of stream, or nil when store (narrowed: see
-// meteredStore.narrowed) cannot list one stream's rows alone (lease.PrefixLister): then every
-// claim tick reads the whole store.
+// newChangeRow returns the change row of stream, listed through store (narrowed: see
+// meteredStore.narrowed) by prefix when it can.
 func newChangeRow(store lease.Store, stream string) *changeRow {
-	lister, ok := store.(lease.PrefixLister)
-	if !ok {
-		return nil
-	}
+	lister, _ := store.(lease.PrefixLister)
 	return &changeRow{key: stream + "/" + changesRow, lister: lister}
 }
 
@@ -72,9 +70,6 @@ func (s *Subscriber) changed(ctx context.Context) {
 // while one is being written are folded into one more write after it.
 func (s *Subscriber) announce(ctx context.Context) error {
 	c := s.changes
-	if c == nil {
-		return nil
-	}
 	c.mu.Lock()
 	if c.running {
 		c.again = true
@@ -139,7 +134,7 @@ func (w *watch) saw(v *view) *view {
 // stale reports whether a claim tick must read the lease table: see the top of this file.
 func (w *watch) stale(ctx context.Context, c *coordinator) bool {
 	s := c.s
-	if s.changes == nil || !w.read || w.hungry {
+	if !w.read || w.hungry {
 		return true
 	}
 	if c.watchPeers(ctx) {

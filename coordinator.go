@@ -66,7 +66,7 @@ func (c *coordinator) coordinate(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-syncT.C:
-			if c.syncShards(ctx) || s.changes == nil {
+			if c.syncShards(ctx) {
 				c.cleanup(ctx, c.watch.saw(c.claim(ctx, false)))
 			}
 		case <-claimT.C:
@@ -76,10 +76,7 @@ func (c *coordinator) coordinate(ctx context.Context) {
 		case <-c.wake:
 			c.watch.saw(c.claim(ctx, false))
 		case <-balanceT.C:
-			v := c.watch.saw(c.claim(ctx, true))
-			if s.changes != nil {
-				c.cleanup(ctx, v)
-			}
+			c.cleanup(ctx, c.watch.saw(c.claim(ctx, true)))
 		}
 	}
 }
@@ -161,17 +158,14 @@ func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err er
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
 	sent = time.Now()
-	change := int64(-1)
-	if s.changes != nil {
-		l, err := s.cfg.store.Read(cctx, s.changes.key)
-		if err != nil {
-			return nil, sent, err
-		}
-		change = l.Counter
+	l, err := s.cfg.store.Read(cctx, s.changes.key)
+	if err != nil {
+		return nil, sent, err
 	}
+	change := l.Counter
 	var all []lease.Lease
 	listed := time.Now()
-	if s.changes != nil {
+	if s.changes.lister != nil {
 		all, err = s.changes.lister.ListPrefix(cctx, s.stream+"/")
 	} else {
 		all, err = s.cfg.store.List(cctx)

@@ -348,12 +348,9 @@ func (s *Subscriber) renewHeartbeat(ctx context.Context) {
 
 // confirmLeases reads the change row: when it moved since the leases were last read, the
 // coordinator reads them again (a claim round, which confirms them); otherwise this confirms
-// them. Without a change row, the coordinator reads the leases every tick.
+// them.
 func (s *Subscriber) confirmLeases(ctx context.Context) {
 	c := s.changes
-	if c == nil {
-		return
-	}
 	sent := time.Now()
 	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, s.tenure.ttl/3))
 	l, err := s.cfg.store.Read(cctx, c.key)
