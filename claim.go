@@ -65,7 +65,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	if !s.tenure.mayHandOut() {
 		return v // its deadline passed: it takes nothing until its shards were given up
 	}
-	c.reconcile(ctx, v, me)
+	c.reconcile(ctx, v, sent, me)
 	planned := make(map[string]lease.Lease, len(v.leases))
 	for id, l := range v.leases {
 		if v.dead[l.Owner] {
@@ -218,8 +218,10 @@ func (c *coordinator) liveness(v *view, me string) map[string]lease.Lease {
 // takes whose answers were lost, shards it gave up when its deadline passed, hand-backs whose
 // release did not land. A bound lease is read again at once (nobody else reads a lease bound
 // to a live owner); a pending one is waited for, as after a steal. Finished shards are
-// released. Whatever this puts it above its share, balancing hands back.
-func (c *coordinator) reconcile(ctx context.Context, v *view, me string) {
+// released. Whatever this puts it above its share, balancing hands back. A shard whose life
+// here ended after the round's listing was sent is left for the next round: the listing may
+// predate its release (a hand-back), and taking it up would undo the hand-back.
+func (c *coordinator) reconcile(ctx context.Context, v *view, sent time.Time, me string) {
 	s := c.s
 	local := s.table.states(v.readable)
 	var ids []string
@@ -227,7 +229,7 @@ func (c *coordinator) reconcile(ctx context.Context, v *view, me string) {
 		if l.Owner != me {
 			continue
 		}
-		if _, ok := local[id]; ok {
+		if _, ok := local[id]; ok || s.table.endedSince(id, sent) {
 			continue
 		}
 		if l.Checkpoint.Sequence == lease.ShardEnd {

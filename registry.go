@@ -21,8 +21,9 @@ type shardTable struct {
 	listing  map[string]shardInfo
 	listed   bool
 	listedAt time.Time
-	finished map[string]bool   // read to their end (SHARD_END)
-	waiting  map[string]string // shard → the parent it waits for
+	finished map[string]bool      // read to their end (SHARD_END)
+	ended    map[string]time.Time // when the last life here of each shard ended (forget)
+	waiting  map[string]string    // shard → the parent it waits for
 	leases   map[string]lease.Lease
 	leasesAt time.Time // when leases was read
 
@@ -43,6 +44,7 @@ func newShardTable(startAt *Position, now time.Time) *shardTable {
 		workers:  make(map[string]*worker),
 		listing:  make(map[string]shardInfo),
 		finished: make(map[string]bool),
+		ended:    make(map[string]time.Time),
 		waiting:  make(map[string]string),
 		applied:  make(map[string]uint64),
 	}
@@ -117,10 +119,20 @@ func (t *shardTable) forget(w *worker) {
 	defer t.mu.Unlock()
 	if t.workers[w.id] == w {
 		delete(t.workers, w.id)
+		t.ended[w.id] = time.Now()
 	}
 	if w.state() == stateEnded {
 		t.finished[w.id] = true
 	}
+}
+
+// endedSince reports whether a life here of shard id ended at or after at: a listing sent
+// before then may show, as this subscriber's, a lease it has since released.
+func (t *shardTable) endedSince(id string, at time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	end, ok := t.ended[id]
+	return ok && !end.Before(at)
 }
 
 // holds reports whether shard id is held here.
