@@ -166,6 +166,27 @@ func (c *crashable) ListPrefix(ctx context.Context, prefix string) ([]lease.Leas
 	return c.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
 }
 
+func (c *crashable) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	if c.down.Load() {
+		return false, errCrashed
+	}
+	return c.Store.Steal(ctx, key, owner, counter, ttl)
+}
+
+func (c *crashable) Read(ctx context.Context, key string) (lease.Lease, error) {
+	if c.down.Load() {
+		return lease.Lease{}, errCrashed
+	}
+	return c.Store.Read(ctx, key)
+}
+
+func (c *crashable) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	if c.down.Load() {
+		return false, errCrashed
+	}
+	return c.Store.Delete(ctx, key, counter)
+}
+
 func (c *crashable) Renew(ctx context.Context, key string, h lease.Tenure, ttl time.Duration) (bool, error) {
 	if c.down.Load() {
 		return false, errCrashed

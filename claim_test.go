@@ -43,9 +43,7 @@ func TestClaimCountsRunningReaders(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const name, ttl = "late", 300 * time.Millisecond
 		store := &skewedView{Store: lease.NewMemory(), owner: "a"}
-		ok, err := store.Acquire(context.Background(), name+"/"+ownerRowPrefix+"peer", "peer", time.Hour)
-		require.NoError(t, err)
-		require.True(t, ok)
+		holdAsPeer(t, store, name, "peer", peerLive)
 		f := newFakeStream(name, 6)
 		sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
 			WithBalanceInterval(time.Hour))...)
@@ -93,26 +91,22 @@ func (c *stealClock) Release(ctx context.Context, key string, h lease.Tenure) (b
 	return c.Store.Release(ctx, key, h)
 }
 
-// Delete refuses to delete the heartbeat row of "ghost": a peer whose row lapsed but cannot be
-// taken for dead (the delete keeps failing), so its shards are stolen, with the wait a steal
-// from an owner that may still read takes.
-func (c *stealClock) Delete(ctx context.Context, key string, counter int64) (bool, error) {
-	if strings.HasSuffix(key, "/"+ownerRowPrefix+"ghost") {
-		return false, nil
-	}
-	return c.Store.Delete(ctx, key, counter)
-}
-
-// ghostStream is a fake stream of n shards whose leases are bound to an owner ("ghost") whose
-// heartbeat row has lapsed but is never deleted (stealClock.Delete): a subscriber steals them.
+// ghostStream is a fake stream of n shards whose leases an owner ("ghost") stole and left
+// pending (mid-steal: the owner it stole them from may still read them) before it went silent:
+// its heartbeat row stands still. A subscriber takes the row over once it has seen it still for
+// reapAfter, then steals the leases, and may read them only stealWait later.
 func ghostStream(t *testing.T, store lease.Store, name string, n int) *fakeStream {
 	f := newFakeStream(name, n)
 	ids := make([]string, len(f.shards))
 	for i, sh := range f.shards {
 		ids[i] = sh.id
 	}
-	holdAsPeer(t, store, name, "ghost", time.Millisecond, ids...)
-	time.Sleep(2 * time.Millisecond) // in the test's bubble: the row has lapsed
+	holdAsPeer(t, store, name, "ghost", peerSilent, ids...)
+	for _, id := range ids {
+		ok, err := store.Steal(context.Background(), name+"/"+id, "ghost", 1, pendingTTL)
+		require.NoError(t, err)
+		require.True(t, ok, "pending lease of %s", id)
+	}
 	return f
 }
 
@@ -124,7 +118,6 @@ func ghostStream(t *testing.T, store lease.Store, name string, n int) *fakeStrea
 func TestHandBackSkipsShardBeingStolen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const name, ttl = "handback", time.Second
-		ctx := context.Background()
 		store := &stealClock{Store: lease.NewMemory(), owner: "a", ttl: ttl, stole: map[string]time.Time{}}
 		f := ghostStream(t, store, name, 6)
 		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
@@ -134,9 +127,7 @@ func TestHandBackSkipsShardBeingStolen(t *testing.T) {
 			defer store.mu.Unlock()
 			return len(store.stole) == 3
 		})
-		ok, err := store.Acquire(ctx, name+"/"+ownerRowPrefix+"peer", "peer", time.Hour)
-		require.NoError(t, err)
-		require.True(t, ok)
+		holdAsPeer(t, store, name, "peer", peerLive)
 		eventually(t, 5*time.Second, "a reads its share of 2", func() bool {
 			return reading(a) == 2 && len(a.Shards()) == 6 && split(t, store, name)[0] == 3
 		})
@@ -175,8 +166,8 @@ func TestCloseKeepsShardBeingStolen(t *testing.T) {
 	})
 }
 
-// blockedSteal holds the first steal until the test lets it go, as a store that applied the
-// write but answered late.
+// blockedSteal holds the first steal of a shard's lease until the test lets it go, as a store
+// that applied the write but answered late.
 type blockedSteal struct {
 	*stealClock
 	once     sync.Once
@@ -186,7 +177,9 @@ type blockedSteal struct {
 
 func (b *blockedSteal) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
 	first := false
-	b.once.Do(func() { first = true })
+	if !strings.Contains(key, "/~") {
+		b.once.Do(func() { first = true })
+	}
 	if first {
 		close(b.stealing)
 		<-b.proceed
@@ -204,7 +197,7 @@ func TestStealAnsweredDuringClose(t *testing.T) {
 		ctx := context.Background()
 		clock := &stealClock{Store: lease.NewMemory(), owner: "a", ttl: ttl, stole: map[string]time.Time{}}
 		store := &blockedSteal{stealClock: clock, stealing: make(chan struct{}), proceed: make(chan struct{})}
-		f := ghostStream(t, store, name, 2)
+		f := ghostStream(t, clock.Store, name, 2)
 		a, err := subscribe(ctx, f, name, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
 			WithBalanceInterval(20*time.Millisecond))...)
 		require.NoError(t, err)

@@ -30,7 +30,7 @@ func testCleanupDeletesTrimmedParent(t *testing.T) {
 	store := lease.NewMemory()
 	ctx := context.Background()
 	held, unfinished := "shardId-000000000090", "shardId-000000000091"
-	holdAsPeer(t, store, name, "other", time.Hour, held, unfinished)
+	holdAsPeer(t, store, name, "other", peerLive, held, unfinished)
 	storeCheckpoint(t, store, name+"/"+held, lease.ShardEnd)
 	storeCheckpoint(t, store, name+"/"+unfinished, "7")
 	storeRelease(t, store, name+"/"+unfinished, "other")

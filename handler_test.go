@@ -62,7 +62,7 @@ func testSeekHandler(t *testing.T) {
 		return nil
 	})
 	store := lease.NewMemory()
-	holdAsPeer(t, store, "admin", "other", time.Hour, ids[1])
+	holdAsPeer(t, store, "admin", "other", peerLive, ids[1])
 	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithStartAt(Horizon()), WithRequestTimeout(200*time.Millisecond))...)
 	h := SeekHandler(sub.Seeker())
 

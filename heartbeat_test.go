@@ -37,7 +37,7 @@ func testHeartbeatRow(t *testing.T, store lease.Store) {
 	const name = "heartbeat"
 	f := newFakeStream(name, 2)
 	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"))...)
-	row := "~owner/" + sub.cfg.owner
+	row := ownerRowPrefix + sub.cfg.owner
 	require.Equal(t, "a", baseOwner(sub.cfg.owner), "the owner name, with an incarnation")
 	key := name + "/" + row
 	var first lease.Lease
@@ -67,12 +67,13 @@ func testHeartbeatRow(t *testing.T, store lease.Store) {
 		require.True(t, l.Expiry.IsZero(), "lease of %s has an expiry of its own", sh.id)
 		shards[sh.id] = l
 	}
-	// Renewed (every TTL/3) for two TTLs, it stays held.
+	// Renewed every TTL/3 for two TTLs, each renewal moving its counter (how peers tell it is
+	// live), it stays its own.
 	start := time.Now()
 	eventually(t, time.Minute, "heartbeat row renewed for two TTLs", func() bool {
 		l := readLease(t, store, name, row)
 		require.Equal(t, sub.cfg.owner, l.Owner)
-		return time.Since(start) >= 2*sub.cfg.leaseTTL && l.Held(time.Now()) && l.Expiry.After(first.Expiry.Add(sub.cfg.leaseTTL))
+		return time.Since(start) >= 2*sub.cfg.leaseTTL && l.Counter >= first.Counter+5
 	})
 	for id, l := range shards {
 		require.Equal(t, l, readLease(t, store, name, id), "lease of idle %s written", id)
@@ -92,11 +93,11 @@ func testHeartbeatRow(t *testing.T, store lease.Store) {
 	}
 }
 
-// TestHeartbeatCountsOwnerLive: an owner whose heartbeat row is held counts toward the fair
-// share though it holds no shard; one whose row expired does not. Rows of owners gone are
-// deleted: a released one, and an expired one once it expired (its owner stopped reading, and
-// the delete keeps it from ever renewing it); a held one is kept. It runs in a synctest
-// bubble, so the TTLs are exact.
+// TestHeartbeatCountsOwnerLive: an owner whose heartbeat row is renewed counts toward the fair
+// share though it holds no shard; one whose row stands still does not, once its counter has
+// stood still for reapAfter on the subscriber's clock. Rows of owners gone are deleted: a
+// released one at once, a silent one once taken over; a live one is kept. It runs in a synctest
+// bubble, so the durations are exact.
 func TestHeartbeatCountsOwnerLive(t *testing.T) {
 	synctest.Test(t, testHeartbeatCountsOwnerLive)
 }
@@ -104,30 +105,27 @@ func TestHeartbeatCountsOwnerLive(t *testing.T) {
 func testHeartbeatCountsOwnerLive(t *testing.T) {
 	const name = "liveness"
 	store := lease.NewMemory()
-	ctx := context.Background()
-	hb := func(owner string) string { return name + "/~owner/" + owner }
-	for owner, ttl := range map[string]time.Duration{"peer": time.Minute, "ghost": time.Millisecond, "gone": time.Minute} {
-		ok, err := store.Acquire(ctx, hb(owner), owner, ttl)
-		require.NoError(t, err)
-		require.True(t, ok)
-	}
+	hb := func(owner string) string { return name + "/" + ownerRowPrefix + owner }
+	holdAsPeer(t, store, name, "peer", peerLive)
+	holdAsPeer(t, store, name, "ghost", peerSilent)
+	holdAsPeer(t, store, name, "gone", peerSilent)
 	storeRelease(t, store, hb("gone"), "gone")
-	ghostExpiry := readLease(t, store, name, "~owner/ghost").Expiry
 
 	f := newFakeStream(name, 6)
 	ttl := 100 * time.Millisecond
+	start := time.Now()
 	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithLeaseTTL(ttl))...)
-	// Live: sub and peer, so 3 each. Counting the expired ghost would make it 2.
+	// Live: sub and peer, so 3 each. Counting the silent ghost would make it 2.
 	eventually(t, 5*time.Second, "3 shards read", func() bool { return reading(sub) == 3 })
 	eventually(t, 5*time.Second, "the released row deleted", func() bool {
-		return readLease(t, store, name, "~owner/gone").Counter == 0
+		return readLease(t, store, name, ownerRowPrefix+"gone").Counter == 0
 	})
-	eventually(t, 5*time.Second, "the stale row deleted", func() bool {
-		return readLease(t, store, name, "~owner/ghost").Counter == 0
+	eventually(t, 5*time.Second, "the silent row deleted", func() bool {
+		return readLease(t, store, name, ownerRowPrefix+"ghost").Counter == 0
 	})
-	require.False(t, time.Now().Before(ghostExpiry), "ghost row deleted before it expired")
+	require.GreaterOrEqual(t, time.Since(start), reapAfter(ttl), "silent row taken over before its counter stood still for reapAfter")
 	require.Equal(t, 3, reading(sub), "share with one live peer")
-	require.Equal(t, "peer", readLease(t, store, name, "~owner/peer").Owner, "a held heartbeat row was deleted")
+	require.Equal(t, "peer", readLease(t, store, name, ownerRowPrefix+"peer").Owner, "a live heartbeat row was taken over")
 	require.Len(t, sub.Shards(), 6)
 
 	// The peer leaves: its shards are free, and sub takes them.
@@ -178,7 +176,8 @@ func testJoinerGetsShareWithoutSteal(t *testing.T) {
 
 // TestEarlierProtocolRefused: a stream whose shard lease is held with an expiry of its own (a
 // subscriber of a version before 0.1.0, which renews each lease) is refused at Subscribe with
-// ErrIncompatibleLeaseTable, naming the holder and what to do, before any lease is written;
+// ErrIncompatibleLeaseTable, naming the holder and what to do, before any lease is written
+// (only the protocol's mark is);
 // once that lease is released (the old instance closed), Subscribe goes ahead and resumes from
 // its checkpoint. On both stores.
 func TestEarlierProtocolRefused(t *testing.T) {
@@ -204,10 +203,16 @@ func testEarlierProtocolRefused(t *testing.T, store lease.Store) {
 	_, err = subscribe(ctx, f, name, fakeOpts(WithLeaseStore(store))...)
 	require.ErrorIs(t, err, ErrIncompatibleLeaseTable)
 	require.Contains(t, err.Error(), "old-instance")
-	require.Contains(t, err.Error(), "stop every instance of the earlier version")
+	require.Contains(t, err.Error(), "stop every instance of the other version")
+	// Nothing written but the protocol's mark, which keeps 0.1 subscribers started from now on
+	// from running beside this protocol's; the old instance's lease is as it was.
 	ls, err := store.List(ctx)
 	require.NoError(t, err)
-	require.Len(t, ls, 1, "Subscribe wrote to the table before refusing: %v", ls)
+	require.Len(t, ls, 2, "Subscribe wrote to the table before refusing: %v", ls)
+	kept := readLease(t, store, name, f.shards[0].id)
+	require.Equal(t, old.Tenure(), kept.Tenure())
+	require.Equal(t, seqs[3], kept.Checkpoint.Sequence)
+	require.Equal(t, protocolOwner, readLease(t, store, name, protocolRow).Owner)
 
 	ok, err = store.Release(ctx, key, old.Tenure())
 	require.NoError(t, err)

@@ -450,14 +450,29 @@ func baseOwner(owner string) string {
 	return name
 }
 
-// holdAsPeer makes owner, a subscriber of stream that is not running here, hold shards as a
-// live one does: its heartbeat row held for ttl, and each shard's lease bound to it. With a
-// zero ttl it has no heartbeat row: a peer that stopped, whose leases are free to take over.
-func holdAsPeer(t testing.TB, store lease.Store, stream, owner string, ttl time.Duration, shards ...string) {
+// peerState is how a peer made by holdAsPeer keeps its heartbeat row.
+type peerState int
+
+const (
+	// peerLive renews its row, moving its counter, until the test ends: a running subscriber.
+	peerLive peerState = iota
+	// peerSilent has a row that is never renewed: a subscriber paused or crashed a moment ago,
+	// whose row peers take over once they have seen its counter stand still long enough.
+	peerSilent
+	// peerGone has no row: a subscriber that stopped, whose leases are free to take over.
+	peerGone
+)
+
+// holdAsPeer makes owner, a subscriber of stream that is not running here, hold shards: each
+// shard's lease bound to it, and its heartbeat row kept as state says.
+func holdAsPeer(t testing.TB, store lease.Store, stream, owner string, state peerState, shards ...string) {
 	t.Helper()
 	ctx := context.Background()
-	if ttl > 0 {
-		ok, err := store.Acquire(ctx, stream+"/"+ownerRowPrefix+owner, owner, ttl)
+	switch state {
+	case peerLive:
+		livePeer(t, store, stream, owner)
+	case peerSilent:
+		ok, err := store.Acquire(ctx, stream+"/"+ownerRowPrefix+owner, owner, time.Hour)
 		require.NoError(t, err)
 		require.True(t, ok, "heartbeat row of %s", owner)
 	}
@@ -468,18 +483,53 @@ func holdAsPeer(t testing.TB, store lease.Store, stream, owner string, ttl time.
 	}
 }
 
+// livePeer takes owner's heartbeat row and renews it as a running subscriber does, moving its
+// counter every few milliseconds (far more often than any test's TTL/3), until the test ends.
+// Taking the row again for an owner already live here does nothing more.
+func livePeer(t testing.TB, store lease.Store, stream, owner string) {
+	t.Helper()
+	key := stream + "/" + ownerRowPrefix + owner
+	ctx := context.Background()
+	l, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	if l.Owner == owner {
+		return // already live: its renewer runs
+	}
+	ok, err := store.Acquire(ctx, key, owner, time.Hour)
+	require.NoError(t, err)
+	require.True(t, ok, "heartbeat row of %s", owner)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			l, err := store.Read(ctx, key)
+			if err != nil || l.Owner != owner {
+				continue // taken over: a peer took it for dead; the test says whether it may
+			}
+			_, _ = store.Steal(ctx, key, owner, l.Counter, time.Hour)
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+}
+
 // stealAsPeer takes shard's lease over for owner, a live subscriber not running here, as a
-// thief does: its heartbeat row held, the lease stolen at the counter it has, and the change
-// row moved, which the subscriber it was stolen from watches.
+// thief does: its heartbeat row live, the lease stolen at the counter it has and left pending
+// (the thief would bind it and read only stealWait later), and the change row moved, which the
+// subscriber it was stolen from watches.
 func stealAsPeer(t testing.TB, store lease.Store, stream, shard, owner string) {
 	t.Helper()
 	ctx := context.Background()
-	ok, err := store.Acquire(ctx, stream+"/"+ownerRowPrefix+owner, owner, time.Hour)
-	require.NoError(t, err)
-	require.True(t, ok, "heartbeat row of %s", owner)
+	livePeer(t, store, stream, owner)
 	l, err := store.Read(ctx, stream+"/"+shard)
 	require.NoError(t, err)
-	ok, err = store.Steal(ctx, l.Key, owner, l.Counter, 0)
+	ok, err := store.Steal(ctx, l.Key, owner, l.Counter, pendingTTL)
 	require.NoError(t, err)
 	require.True(t, ok, "steal of %s", shard)
 	change := stream + "/" + changesRow

@@ -31,12 +31,13 @@ const (
 
 // flakyStore is a lease store that errors or hangs on demand, as a partitioned or overloaded
 // lease table does. Arm breakAfterRenew to switch to a mode right after the next successful
-// renewal: the worst moment for an owner, whose lease then lives longest in its own eyes.
+// heartbeat renewal: the worst moment for an owner, whose leases then live longest in its own
+// eyes.
 type flakyStore struct {
 	lease.Store
 	mode            atomic.Int32
-	breakAfterRenew atomic.Int32 // a storeMode to switch to after the next successful Renew; 0: none
-	lastRenewSent   atomic.Int64 // unix nanoseconds of the last successful Renew's call
+	breakAfterRenew atomic.Int32 // a storeMode to switch to after the next heartbeat renewal; 0: none
+	lastRenewSent   atomic.Int64 // unix nanoseconds of the last heartbeat renewal's call
 	broke           chan struct{}
 	brokeOnce       sync.Once
 }
@@ -65,20 +66,14 @@ func (f *flakyStore) Acquire(ctx context.Context, key, owner string, ttl time.Du
 	return f.Store.Acquire(ctx, key, owner, ttl)
 }
 
+// Steal notes the heartbeat renewals: a Steal of an owner's own heartbeat row (tenure.go).
 func (f *flakyStore) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
 	if err := f.gate(ctx); err != nil {
 		return false, err
 	}
-	return f.Store.Steal(ctx, key, owner, counter, ttl)
-}
-
-func (f *flakyStore) Renew(ctx context.Context, key string, h lease.Tenure, ttl time.Duration) (bool, error) {
-	if err := f.gate(ctx); err != nil {
-		return false, err
-	}
 	sent := time.Now()
-	ok, err := f.Store.Renew(ctx, key, h, ttl)
-	if ok && err == nil {
+	ok, err := f.Store.Steal(ctx, key, owner, counter, ttl)
+	if ok && err == nil && strings.HasSuffix(key, "/"+ownerRowPrefix+owner) {
 		f.lastRenewSent.Store(sent.UnixNano())
 		if m := f.breakAfterRenew.Swap(0); m != 0 {
 			f.set(storeMode(m))

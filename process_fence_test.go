@@ -152,10 +152,7 @@ func TestProcessLeaseLossCancels(t *testing.T) {
 			return ctx.Err()
 		})
 		<-running // k0/1 runs
-		l := readLease(t, store, f.stream, f.shards[0].id)
-		ok, err := store.Steal(context.Background(), l.Key, "thief", l.Counter, time.Hour)
-		require.NoError(t, err)
-		require.True(t, ok)
+		stealAsPeer(t, store, f.stream, f.shards[0].id, "thief")
 		start := time.Now()
 		for cancelled.Load() == 0 {
 			time.Sleep(time.Millisecond)

@@ -31,7 +31,7 @@ func split(t *testing.T, store lease.Store, stream string) []int {
 	per := map[string]int{}
 	for _, l := range ls {
 		id, ok := strings.CutPrefix(l.Key, stream+"/")
-		if ok && !strings.Contains(id, "/") && l.Owner != "" { // not a heartbeat row
+		if ok && isShardRow(id) && l.Owner != "" {
 			per[l.Owner]++
 		}
 	}

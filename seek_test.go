@@ -524,7 +524,7 @@ func TestSeekShardErrors(t *testing.T) {
 	store := lease.NewMemory()
 	ids := s.shardIDs()
 	ctx := context.Background()
-	holdAsPeer(t, store, s.name, "other", time.Hour, ids[1])
+	holdAsPeer(t, store, s.name, "other", peerLive, ids[1])
 	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()))...)
 	out, err := s.c.PutRecord(ctx, &kinesis.PutRecordInput{ // on ids[0], whose hash keys start at 0
 		StreamName: aws.String(s.name), PartitionKey: aws.String("k"), ExplicitHashKey: aws.String("0"), Data: []byte("x"),

@@ -214,6 +214,27 @@ type blackhole struct {
 
 func (b *blackhole) fail() error { return fmt.Errorf("network unreachable (test partition)") }
 
+func (b *blackhole) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	if b.cut.Load() {
+		return false, b.fail()
+	}
+	return b.Store.Steal(ctx, key, owner, counter, ttl)
+}
+
+func (b *blackhole) Read(ctx context.Context, key string) (lease.Lease, error) {
+	if b.cut.Load() {
+		return lease.Lease{}, b.fail()
+	}
+	return b.Store.Read(ctx, key)
+}
+
+func (b *blackhole) Delete(ctx context.Context, key string, counter int64) (bool, error) {
+	if b.cut.Load() {
+		return false, b.fail()
+	}
+	return b.Store.Delete(ctx, key, counter)
+}
+
 func (b *blackhole) Renew(ctx context.Context, key string, h lease.Tenure, ttl time.Duration) (bool, error) {
 	if b.cut.Load() {
 		return false, b.fail()
