@@ -41,7 +41,8 @@ func runChaos(t *testing.T, cfg Config) *Report {
 	cfg.Race = raceEnabled
 	cfg.Logf = t.Logf
 	// The suite runs on machines as busy as make stress keeps them, where a process is not
-	// scheduled for a while now and then: allow for that in the takeover and overlap bounds.
+	// scheduled for a while now and then: allow for that in the takeover bound (two processes
+	// delivering one shard at once is never allowed).
 	// make chaos measures with the default slack.
 	cfg.Slack = 3 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

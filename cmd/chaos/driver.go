@@ -42,7 +42,7 @@ type Config struct {
 	Rate       int           // records published per second
 	TTL        time.Duration // lease TTL of the consumers
 	Checkpoint time.Duration // checkpoint interval of the consumers
-	Slack      time.Duration // allowed beyond TTL/3 for two processes reading one shard at once
+	Slack      time.Duration // allowed beyond the protocol's bound for a takeover after a kill (a busy machine's scheduling)
 	Timeout    time.Duration // for every record to be logged after publishing ends
 	Seed       uint64        // picks kill times and victims; 0 picks one at random
 	Dir        string        // where logs and the consumer binary go; if empty, a temporary one, removed unless the run failed
@@ -430,7 +430,7 @@ func (r *run) finish(ctx context.Context, tl *tailer, pubStart time.Time, in ver
 	procs := append([]*proc(nil), r.procs...)
 	r.mu.Unlock()
 	in.keys, in.shards = cfg.Keys, int(cfg.Shards)
-	in.renew, in.slack, in.stream, in.final = cfg.TTL/3, cfg.Slack, r.stream, final
+	in.stream, in.final = r.stream, final
 	in.process = cfg.Process
 	// A killed owner's lease lapses within a TTL of its last renewal; a claim round comes
 	// every TTL/3. One more round covers a round that just missed the expiry.
