@@ -94,6 +94,12 @@ func (w *worker) flush(ctx context.Context) error {
 	cp, dirty := lease.Checkpoint{Sequence: w.wm.mark, SubSequence: int64(w.wm.markSub)}, w.dirty
 	w.dirty = false
 	w.mu.Unlock()
+	if w.endTried {
+		// A SHARD_END write of this holding may have landed with its answer lost: nothing
+		// short of it is written after it. Every delivery was settled before it was sent
+		// (finish), so SHARD_END is what every later write of the holding says.
+		cp, dirty = lease.Checkpoint{Sequence: lease.ShardEnd}, true
+	}
 	if !dirty || cp.Sequence == "" || cp == w.written {
 		return nil
 	}

@@ -411,6 +411,7 @@ func (r *reader) finish() bool {
 		return false
 	}
 	end := lease.Checkpoint{Sequence: lease.ShardEnd}
+	w.endTried = true // from now on every flush writes SHARD_END, whether or not this lands
 	ok, err := w.writeCheckpoint(ctx, end)
 	if err != nil {
 		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpCheckpoint, Err: err})

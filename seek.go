@@ -140,6 +140,10 @@ func (w *worker) reposition(ctx context.Context, gen uint64, p Position) error {
 	if err := w.flush(ctx); err != nil {
 		w.env.reportAll(err)
 	}
+	if w.lockFlush(ctx) == nil {
+		w.endTried = false // the seek moves the shard away from its end: its writes follow it
+		w.unlockFlush()
+	}
 	w.mu.Lock()
 	if w.wmGen < gen {
 		w.wm = watermark{}

@@ -91,6 +91,7 @@ type worker struct {
 	// Checkpoint writes (checkpoint.go).
 	flushSem    chan struct{}    // held while a checkpoint write runs; waits end with ctx
 	writes      int64            // checkpoint writes sent in this holding (lease.OrderedCheckpointer); under flushSem
+	endTried    bool             // a SHARD_END write was sent in this holding (finish); under flushSem
 	written     lease.Checkpoint // the newest checkpoint in the store, as far as this worker knows
 	shown       atomic.Pointer[lease.Checkpoint]
 	checkpoints atomic.Int64
