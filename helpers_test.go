@@ -484,7 +484,8 @@ func holdAsPeer(t testing.TB, store lease.Store, stream, owner string, state pee
 }
 
 // livePeer takes owner's heartbeat row and renews it as a running subscriber does, moving its
-// counter every few milliseconds (far more often than any test's TTL/3), until the test ends.
+// counter every few milliseconds (far more often than any test's TTL/3), until the test ends or
+// the row is no longer its own.
 // Taking the row again for an owner already live here does nothing more.
 func livePeer(t testing.TB, store lease.Store, stream, owner string) {
 	t.Helper()
@@ -510,8 +511,11 @@ func livePeer(t testing.TB, store lease.Store, stream, owner string) {
 			case <-tick.C:
 			}
 			l, err := store.Read(ctx, key)
-			if err != nil || l.Owner != owner {
-				continue // taken over: a peer took it for dead; the test says whether it may
+			if err != nil {
+				continue
+			}
+			if l.Owner != owner {
+				return // released (the peer stopped) or taken over (taken for dead)
 			}
 			_, _ = store.Steal(ctx, key, owner, l.Counter, time.Hour)
 		}
