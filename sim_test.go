@@ -106,7 +106,8 @@ type simFleet struct {
 	events   []string
 	next     int                  // records put so far
 	healed   bool                 // the faults ended
-	failover map[string]time.Time // shard → when its reader crashed, until read again
+	failover map[string]time.Time // shard → when its reader crashed (or, with none running, an instance started), until read again
+	running  int                  // runs started and not crashed or closed
 	worst    time.Duration        // the longest crash failover
 	bg       sync.WaitGroup       // the fleet's own goroutines (resumes, closes, restarts)
 	zombies  []*Subscriber        // crashed instances' subscribers, closed at the end
@@ -258,6 +259,15 @@ func (in *simInstance) start() {
 		time.Sleep(500 * time.Millisecond)
 	}
 	f.logf("%s started as %s (%s, skew %v, checkpoint every %v)", r.label, r.sub.cfg.owner, in.style, in.skew, checkpointEvery)
+	f.mu.Lock()
+	if f.running == 0 {
+		// Nothing ran since the crashes: failover is timed from the first instance that can act.
+		for shard := range f.failover {
+			f.failover[shard] = time.Now()
+		}
+	}
+	f.running++
+	f.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop, r.done = cancel, make(chan struct{})
 	in.cur = r
@@ -464,6 +474,7 @@ func (f *simFleet) crashAndRestart(in *simInstance, r *simRun, after time.Durati
 	r.gate.Crash()
 	r.stop()
 	f.mu.Lock()
+	f.running--
 	f.zombies = append(f.zombies, r.sub)
 	var held []string
 	defer func() { f.logf("%s held %v when it crashed", r.label, held) }()
@@ -474,6 +485,11 @@ func (f *simFleet) crashAndRestart(in *simInstance, r *simRun, after time.Durati
 		if ok && !strings.HasPrefix(shard, "~") && l.Owner == owner && l.Expiry.IsZero() && l.Checkpoint.Sequence != lease.ShardEnd {
 			f.failover[shard] = time.Now()
 			held = append(held, shard)
+		}
+		// A shard waiting for failover that this run was taking over (pending): its takeover
+		// starts again, and so does the clock.
+		if _, waiting := f.failover[shard]; ok && waiting && l.Owner == owner && !l.Expiry.IsZero() {
+			f.failover[shard] = time.Now()
 		}
 	}
 	f.mu.Unlock()
@@ -505,6 +521,9 @@ func (f *simFleet) closeAndRestart(in *simInstance, r *simRun) {
 	}
 	r.stop()
 	<-r.done
+	f.mu.Lock()
+	f.running--
+	f.mu.Unlock()
 	in.start()
 }
 
@@ -673,9 +692,9 @@ func simSummary(t *testing.T, runs int) {
 // simFailoverBound is the longest a crashed instance's shard may go unread under the protocol
 // (docs/leases.md): the crash noticed at the next watch read (TTL/3), the heartbeat row's
 // counter seen still for reapAfter, the lease then pending for stealWait when the crashed
-// instance was mid-steal, and claim ticks; doubled for crashes that take an instance's
-// watchers down with it (the watch starts again at the next live owner). Past it, the fleet
-// stalled.
+// instance was mid-steal, and claim ticks, timed from the crash or, when no instance ran, from
+// the first that started after it; doubled for crashes that take an instance's watchers down
+// with it (a new watcher first reads the row afresh). Past it, the fleet stalled.
 func simFailoverBound(ttl time.Duration) time.Duration {
 	return 2 * (ttl/3 + reapAfter(ttl) + stealWait(ttl) + 2*time.Second)
 }
@@ -742,4 +761,20 @@ func (st *simTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 var simRegressionSeeds = []struct {
 	seed  uint64
 	found string
-}{}
+}{
+	// Lease protocol 1 (kinesub 0.1), which these seeds broke; protocol 2 closed the holes.
+	{1, "two readers at once; a checkpoint moved back"},
+	{4, "two readers at once under clock skew"},
+	{150, "two readers at once"},
+	{158, "two readers at once"},
+	{160, "two readers at once"},
+	{169, "a checkpoint moved back"},
+	{171, "a checkpoint moved back"},
+	{172, "a checkpoint moved back"},
+	// Protocol 2 while it was written: each broke one of its promises before its last fixes.
+	{52, "a broken promise"}, {69, "a broken promise"}, {144, "a broken promise"},
+	{191, "a broken promise"}, {195, "a broken promise"}, {217, "a broken promise"},
+	{263, "a broken promise"}, {271, "a broken promise"}, {276, "a broken promise"},
+	// Protocol 2.
+	{20, "checkpoint moved back from SHARD_END: a flush of the watermark after a SHARD_END write whose answer was lost"},
+}
