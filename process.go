@@ -25,8 +25,9 @@ import (
 // Errors as a *ShardError with Op OpProcess wrapping a *ProcessError. After WithMaxAttempts
 // attempts the record goes to the dead-letter function (WithDeadLetter); without one it is
 // tried again at the maximum backoff until it succeeds, and Shards shows it
-// (ShardStatus.Failing). handle should not Ack or Nack: if it does, Process takes that as the
-// record's settlement.
+// (ShardStatus.Failing). handle need not Ack or Nack: an Ack in handle settles the record as
+// handled whatever handle returns, and a Nack fails the attempt as an error does (the record is
+// retried, never skipped).
 //
 // The context a handler gets ends when ctx does, and when its record's shard moves on: at once
 // on a Seek or a lost lease; on a hand-back or Close once their drain ends, as the running
@@ -79,6 +80,7 @@ func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *
 	for {
 		if f, from := s.del.hand.takeRest(); f != nil {
 			s.metrics.consumedPage(f, from)
+			f.own(from)
 			p.add(f, from)
 		}
 		if !s.del.hand.wait(ctx, s.done) {

@@ -266,13 +266,21 @@ func (p *processor) handOver(rs *runShare) {
 	}
 }
 
+// errHandlerNacked is the error of an attempt whose handler returned nil after nacking its
+// record: a Nack fails the attempt (Message.Nack), so the record is retried, never skipped.
+var errHandlerNacked = errors.New("kinesub: the handler nacked the record")
+
 // attempt runs the handler (or the dead-letter function) on j. The job counts as settled when
-// the handler succeeded (the caller acks it) or settled it itself. It runs without p.mu: j is
+// the handler succeeded (the caller acks it) or acked it itself; a Nack fails the attempt. It runs without p.mu: j is
 // this worker's while it runs.
 func (p *processor) attempt(j *runJob) result {
 	err := p.call(j)
+	nacked := j.m.takeNack()
 	if j.m.isSettled() {
-		return result{settled: true} // the handler acked or nacked it itself
+		return result{settled: true} // the handler acked it itself
+	}
+	if nacked && err == nil {
+		err = errHandlerNacked
 	}
 	if err != nil {
 		return result{err: err}
