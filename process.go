@@ -33,7 +33,9 @@ import (
 // on a Seek or a lost lease; on a hand-back or Close once their drain ends, as the running
 // handlers get the drain to finish. A record whose shard moved on is not started, nor retried:
 // nothing fetched before Seek returns is started after it (a record checked in the instant of
-// the seek gets a context already ended). WithMaxInFlight and WithMaxInFlightBytes bound each
+// the seek gets a context already ended). A handler that runs on after its shard moved on (it
+// ignores its ctx) still holds its key: this Process starts no record of that key from another
+// shard (a child after a split or merge) until it returns. WithMaxInFlight and WithMaxInFlightBytes bound each
 // shard as for the other styles, counting the records Process holds, queued or running, so a
 // slow or stuck key cannot make memory grow: it stops its shard at the cap.
 //
@@ -118,13 +120,14 @@ type processor struct {
 	shown    map[*worker]bool
 	queuedAt map[*job]time.Time // when sampled jobs (timed) queued behind their key
 	fails    map[*job]*failure  // how the jobs that failed (failed) went
+	lingers  map[string]*linger // per order key, handlers running on after their shard moved on
 
 	workers sync.WaitGroup // the workers
 	aux     sync.WaitGroup // backoff timers and the generations' context callbacks
 }
 
 func newProcessor(ctx context.Context, s *Subscriber, cfg processConfig, handle func(context.Context, *Message) error) (*processor, error) {
-	p := &processor{s: s, cfg: cfg, handle: handle, lanes: map[string]*lane{}, shown: map[*worker]bool{},
+	p := &processor{s: s, cfg: cfg, handle: handle, lanes: map[string]*lane{}, shown: map[*worker]bool{}, lingers: map[string]*linger{},
 		queuedAt: map[*job]time.Time{}, fails: map[*job]*failure{}}
 	p.cond.L = &p.mu
 	p.rnd = rand.Uint64() | 1

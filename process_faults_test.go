@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -54,5 +55,90 @@ func TestProcessNackFailsAttempt(t *testing.T) {
 		require.True(t, errors.Is(nacked[0], errHandlerNacked), "%v", nacked[0])
 		require.NoError(t, sub.Close(context.Background()))
 		require.Equal(t, seqs[len(seqs)-1], readLease(t, store, f.stream, f.shards[0].id).Checkpoint.Sequence)
+	})
+}
+
+// TestProcessKeyOrderAcrossSplit: a handler that ignores its ctx runs on after its shard was
+// handed back; the shard's next holder reads it to its end, and its child (a split) comes to
+// this Process: the child's records of that key wait until the parent's handler returned,
+// while the child's other keys go on.
+func TestProcessKeyOrderAcrossSplit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("linger", 2)
+		var child [2]int
+		for i := range 2 {
+			counts := map[string]int{}
+			addKeyed(f, i, 3, 3, counts) // k0/0 k1/0 k2/0
+			child[i] = f.split(i)
+			addKeyed(f, child[i], 3, 3, counts) // k0/1 k1/1 k2/1
+		}
+		store := lease.NewMemory()
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithInitialPosition(Horizon()))...)
+		eventually(t, 5*time.Second, "a reads both", func() bool { return reading(a) == 2 })
+		release := make(chan struct{})
+		var mu sync.Mutex
+		var events []string // "<shard>:<payload> start|end"
+		note := func(m *Message, what string) {
+			mu.Lock()
+			events = append(events, m.ShardID()+":"+string(m.Data())+" "+what)
+			mu.Unlock()
+		}
+		has := func(ev string) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Contains(events, ev)
+		}
+		stop := startProcess(a, func(ctx context.Context, m *Message) error {
+			note(m, "start")
+			if string(m.Data()) == "k0/0" {
+				<-release // ignores its ctx, past the hand-back's drain
+			}
+			note(m, "end")
+			return nil
+		})
+		synctest.Wait()
+		b := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("b"), WithInitialPosition(Horizon()))...)
+		bctx, bcancel := context.WithCancel(context.Background())
+		bdone := make(chan struct{})
+		go func() { // b reads the parent handed back to its end, and nothing more
+			defer close(bdone)
+			for m, err := range b.All(bctx) {
+				if err != nil {
+					return
+				}
+				if m.ShardID() != f.shards[0].id && m.ShardID() != f.shards[1].id {
+					_ = m.Nack(context.Background())
+					return
+				}
+				_ = m.Ack(context.Background())
+			}
+		}()
+		parent := -1
+		eventually(t, 30*time.Second, "b reads a parent to its end", func() bool {
+			for i := range 2 {
+				if l, err := store.Read(context.Background(), f.stream+"/"+f.shards[i].id); err == nil && l.Checkpoint.Sequence == lease.ShardEnd {
+					parent = i
+					return true
+				}
+			}
+			return false
+		})
+		bcancel()
+		<-bdone
+		require.NoError(t, b.Close(context.Background()))
+		kid := f.shards[child[parent]].id
+		eventually(t, 30*time.Second, "a handles the child's other keys", func() bool {
+			return has(kid+":k1/1 end") && has(kid+":k2/1 end")
+		})
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		early := has(kid + ":k0/1 start")
+		close(release)
+		require.False(t, early, "the child's k0/1 started while the parent's k0/0 runs")
+		eventually(t, 5*time.Second, "the child's k0/1 handled", func() bool { return has(kid + ":k0/1 end") })
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		require.Less(t, slices.Index(events, f.shards[parent].id+":k0/0 end"), slices.Index(events, kid+":k0/1 start"), "%v", events)
 	})
 }
