@@ -35,18 +35,20 @@ import (
 // nothing fetched before Seek returns is started after it (a record checked in the instant of
 // the seek gets a context already ended). A handler that runs on after its shard moved on (it
 // ignores its ctx) still holds its key: this Process starts no record of that key from another
-// shard (a child after a split or merge) until it returns. WithMaxInFlight and WithMaxInFlightBytes bound each
-// shard as for the other styles, counting the records Process holds, queued or running, so a
-// slow or stuck key cannot make memory grow: it stops its shard at the cap.
+// shard (a child after a split or merge) until it returns. WithMaxInFlight and
+// WithMaxInFlightBytes bound each shard as for the other styles, counting the records Process
+// holds, queued or running, so a slow or stuck key cannot make memory grow: it stops its shard
+// at the cap.
 //
-// Process returns when ctx ends (nil), when the subscription ends (Err: nil after Close), or at
-// once with ErrConsumerBusy while another consumer pulls (All, Batches, Process, or Messages
-// once called). It returns only once every handler it started has returned. Records it took
-// and did not handle when ctx ended are not lost: it moves their shards back to the first of
-// them (the shard's generation ends at once, and its reader reopens there, retrying until it
-// can), so the next consumer of this subscription gets them again, in
-// order, before anything later. Invalid options, a nil ctx or a nil handle make it return an
-// error wrapping ErrInvalidOption before it takes anything.
+// Process returns why it stopped, never nil: context.Cause(ctx) when ctx ends (at once if it
+// had ended already), the subscription's Err when the subscription ended on its own, ErrClosed
+// after Close, or at once ErrConsumerBusy while another consumer pulls (All, Batches, Process,
+// or Messages once called). It returns only once every handler it started has returned.
+// Records it took and did not handle when ctx ended are not lost: it moves their shards back to
+// the first of them (the shard's generation ends at once, and its reader reopens there,
+// retrying until it can), so the next consumer of this subscription gets them again, in order,
+// before anything later. Invalid options, a nil ctx or a nil handle make it return an error
+// wrapping ErrInvalidOption before it takes anything.
 func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *Message) error, opts ...ProcessOption) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: Process: nil context (pass context.Background())", ErrInvalidOption)
@@ -65,7 +67,7 @@ func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *
 		return err
 	}
 	if ctx.Err() != nil {
-		return nil
+		return context.Cause(ctx)
 	}
 	select {
 	case <-s.del.hand.token:
@@ -91,9 +93,12 @@ func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *
 	}
 	p.stop(ctx.Err() != nil)
 	if ctx.Err() != nil {
-		return nil
+		return context.Cause(ctx)
 	}
-	return s.Err()
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
 }
 
 // processor is one Process call: the lanes of keys, the ready queue and the workers

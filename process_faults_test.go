@@ -142,3 +142,34 @@ func TestProcessKeyOrderAcrossSplit(t *testing.T) {
 		require.Less(t, slices.Index(events, f.shards[parent].id+":k0/0 end"), slices.Index(events, kid+":k0/1 start"), "%v", events)
 	})
 }
+
+// TestProcessReturnsWhyItStopped: Process returns the cause its ctx ended with (at once when it
+// had ended already), ErrClosed when Close ends the subscription under it, and ErrClosed at
+// once after Close, so that a caller's loop can tell why it stopped and does not spin.
+func TestProcessReturnsWhyItStopped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("why", 1)
+		addKeyed(f, 0, 10, 2, map[string]int{})
+		sub := subscribeFake(t, f, fakeOpts(WithInitialPosition(Horizon()))...)
+		ok := func(context.Context, *Message) error { return nil }
+		cause := errors.New("shutting down")
+
+		ctx, cancel := context.WithCancelCause(context.Background())
+		res := make(chan error, 1)
+		go func() { res <- sub.Process(ctx, ok) }()
+		synctest.Wait()
+		cancel(cause)
+		require.ErrorIs(t, <-res, cause)
+		require.ErrorIs(t, sub.Process(ctx, ok), cause, "ctx ended before the call")
+
+		dl, cancelDL := context.WithTimeout(context.Background(), time.Second)
+		defer cancelDL()
+		require.ErrorIs(t, sub.Process(dl, ok), context.DeadlineExceeded)
+
+		go func() { res <- sub.Process(context.Background(), ok) }()
+		synctest.Wait()
+		require.NoError(t, sub.Close(context.Background()))
+		require.ErrorIs(t, <-res, ErrClosed, "Close under a running Process")
+		require.ErrorIs(t, sub.Process(context.Background(), ok), ErrClosed, "after Close")
+	})
+}
