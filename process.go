@@ -32,8 +32,11 @@ import (
 // The context a handler gets ends when ctx does, and when its record's shard moves on: at once
 // on a Seek or a lost lease; on a hand-back or Close once their drain ends, as the running
 // handlers get the drain to finish. A record whose shard moved on is not started, nor retried:
-// nothing fetched before Seek returns is started after it (a record checked in the instant of
-// the seek gets a context already ended). A handler that runs on after its shard moved on (it
+// a worker checks its shard just before it calls the handler, so nothing fetched before Seek
+// returns is started after it, except a record checked in the instant between that check and
+// the call: its handler gets a context that ended before Seek returned, and what it returns is
+// ignored (the record is neither acked nor retried; the new position delivers it again if it
+// includes it). A handler that runs on after its shard moved on (it
 // ignores its ctx) still holds its key: this Process starts no record of that key from another
 // shard (a child after a split or merge) until it returns. WithMaxInFlight and
 // WithMaxInFlightBytes bound each shard as for the other styles, counting the records Process

@@ -3,8 +3,11 @@ package kinesub
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -171,5 +174,89 @@ func TestProcessReturnsWhyItStopped(t *testing.T) {
 		require.NoError(t, sub.Close(context.Background()))
 		require.ErrorIs(t, <-res, ErrClosed, "Close under a running Process")
 		require.ErrorIs(t, sub.Process(context.Background(), ok), ErrClosed, "after Close")
+	})
+}
+
+// seekDuringStart runs Process on ten records of one key, pauses a worker at a point of its
+// start of the first record (probes), seeks the shard to its beginning meanwhile, and returns
+// the ctx errors of the handlers started on a record fetched before the seek, and how often
+// each record of the new position was handled. at installs the pause in the probes.
+func seekDuringStart(t *testing.T, at func(pr *probeSet, pause func())) (stale []error, fresh map[string]int) {
+	f := newFakeStream("seek-start", 1)
+	seqs := addKeyed(f, 0, 10, 1, map[string]int{})
+	var armed atomic.Bool
+	armed.Store(true)
+	paused, resume := make(chan struct{}), make(chan struct{})
+	pr := &probeSet{}
+	at(pr, func() {
+		if armed.CompareAndSwap(true, false) {
+			close(paused)
+			<-resume
+		}
+	})
+	store := lease.NewMemory()
+	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithInitialPosition(Horizon()), withProbes(pr))...)
+	var mu sync.Mutex
+	fresh = map[string]int{}
+	stop := startProcess(sub, func(ctx context.Context, m *Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if m.stale() {
+			stale = append(stale, ctx.Err())
+			return nil // its result must be ignored: not acked, not retried
+		}
+		fresh[string(m.Data())]++
+		return nil
+	})
+	<-paused
+	require.NoError(t, sub.Seeker().Seek(context.Background(), Horizon()))
+	close(resume)
+	eventually(t, 10*time.Second, "the records handled again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(fresh) == 10
+	})
+	synctest.Wait()
+	require.NoError(t, stop())
+	require.NoError(t, sub.Commit(context.Background()))
+	require.Equal(t, seqs[9], readLease(t, store, f.stream, f.shards[0].id).Checkpoint.Sequence)
+	mu.Lock()
+	defer mu.Unlock()
+	return stale, fresh
+}
+
+// TestProcessSeekFenceNotStarted: a worker that took a record before a Seek and reaches it
+// only after Seek returned does not start it: nothing fetched before Seek returns is started
+// after it, except in the instant below.
+func TestProcessSeekFenceNotStarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stale, fresh := seekDuringStart(t, func(pr *probeSet, pause func()) {
+			pr.pause = func() {
+				if strings.Contains(string(debug.Stack()), "(*processor).work") {
+					pause() // after the worker took the record, before it starts it
+				}
+			}
+		})
+		require.Empty(t, stale, "records fetched before the seek started after it")
+		for d, n := range fresh {
+			require.Equal(t, 1, n, "%s handled again", d)
+		}
+	})
+}
+
+// TestProcessSeekFenceInstant: a worker that checked its record and is about to call the
+// handler when a Seek moves the shard calls it after Seek returned: the handler's ctx has
+// ended already, and what it returns is ignored: the record is not acked (the new position
+// delivers and handles it again) nor retried.
+func TestProcessSeekFenceInstant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stale, fresh := seekDuringStart(t, func(pr *probeSet, pause func()) {
+			pr.handedOut = func(*Message) { pause() } // the last step before the handler
+		})
+		require.Len(t, stale, 1, "the record in the instant started once, not retried")
+		require.ErrorIs(t, stale[0], context.Canceled, "its ctx had ended")
+		for d, n := range fresh {
+			require.Equal(t, 1, n, "%s handled again", d)
+		}
 	})
 }

@@ -141,8 +141,10 @@ func (p *processor) work() {
 				j.result = result{skipped: true}
 				continue
 			}
-			// The first was checked as it was taken; the others are checked as they start.
-			if (i > 0 || waited) && j.m.stale() {
+			// Checked again as it starts, whatever was checked as it was taken: a seek since
+			// must find it not started. Only one in the instant between this check and the
+			// handler's call starts, with its ctx already ended (the seek ended it first).
+			if j.m.stale() {
 				j.result = result{skipped: true}
 				continue
 			}
