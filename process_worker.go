@@ -273,8 +273,8 @@ func (p *processor) handOver(rs *runShare) {
 var errHandlerNacked = errors.New("kinesub: the handler nacked the record")
 
 // attempt runs the handler (or the dead-letter function) on j. The job counts as settled when
-// the handler succeeded (the caller acks it) or acked it itself; a Nack fails the attempt. It runs without p.mu: j is
-// this worker's while it runs.
+// the handler succeeded (the caller acks it) or acked it itself; a Nack fails the attempt. It
+// runs without p.mu: j is this worker's while it runs.
 func (p *processor) attempt(j *runJob) result {
 	err := p.call(j)
 	nacked := j.m.takeNack()
