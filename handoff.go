@@ -65,7 +65,11 @@ func (h *handoff) take() *Message {
 		return nil
 	}
 	m := f.at(h.next)
-	h.next++
+	if h.next++; h.next == f.n {
+		// Its last delivery: let go of the page, which would otherwise stay reachable from
+		// every Message kept (through its shard and the subscriber) until the next one.
+		h.drop()
+	}
 	return m
 }
 

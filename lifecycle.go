@@ -288,12 +288,29 @@ func (w *worker) staleContext(gen uint64) context.Context {
 	return w.work.stale
 }
 
-// stopWork tells the running work of the current generation to stop: a drain has ended.
+// stopWork tells the running work of the current generation to stop: a drain has ended, or
+// the shard's life here (its last call, in a final state).
 func (w *worker) stopWork() {
 	w.lifeMu.Lock()
 	w.work.endStale()
 	w.work.cancel()
+	final := w.state().terminal()
 	w.lifeMu.Unlock()
+	if final {
+		w.letGo()
+	}
+}
+
+// letGo drops the shard's record of its deliveries once nothing is written for it any more:
+// a Message kept after that (after Close, or once its lease was lost or given up) keeps its
+// own record and this worker, not the watermark's entry for every record fetched since the
+// last seek and the decoded blocks their sequence numbers point into. A late Ack finds nothing
+// to move.
+func (w *worker) letGo() {
+	w.mu.Lock()
+	w.wm = watermark{}
+	w.lastSeq = ""
+	w.mu.Unlock()
 }
 
 // doneContext is a context that is already done.

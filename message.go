@@ -73,6 +73,9 @@ type shardPage struct {
 	// handed holds when the sampled deliveries were handed to the consumer, in Unix ns
 	// (metrics: see handedAt); nil when the shard is not metered.
 	handed []int64
+	// proc is set while Process holds the page's deliveries (process_seam.go): a Nack of one of
+	// them from its handler fails the attempt rather than settling the record.
+	proc atomic.Pointer[procMarks]
 }
 
 // msgChunk is how many Messages are built in one allocation: a Message kept alive keeps its
@@ -298,8 +301,9 @@ func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false) }
 // the shard's checkpoint where it is, and, since WithMaxInFlight counts from the oldest
 // unsettled record, the shard stops reading once that many more were fetched (Shards shows
 // it as OldestUnsettled). To retry a record in process, with backoff and a dead-letter
-// function, consume with Process; to skip a record, Ack it. A nil ctx is
-// context.Background(), as for Ack.
+// function, consume with Process; to skip a record, Ack it. Nack in a Process handler settles
+// nothing: it fails the handler's attempt, as returning an error does, and Process retries the
+// record under its usual rules. A nil ctx is context.Background(), as for Ack.
 func (m *Message) Nack(ctx context.Context) error { return m.settle(ctx, true) }
 
 func (m *Message) settle(ctx context.Context, nack bool) error {
@@ -309,6 +313,9 @@ func (m *Message) settle(ctx context.Context, nack bool) error {
 	w := m.shard()
 	if w != nil && w.closed() {
 		return ErrClosed
+	}
+	if nack && m.nackInProcess() {
+		return nil // Process retries it: the handler's attempt failed
 	}
 	if !m.markSettled() {
 		return ErrAlreadySettled

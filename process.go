@@ -25,25 +25,33 @@ import (
 // Errors as a *ShardError with Op OpProcess wrapping a *ProcessError. After WithMaxAttempts
 // attempts the record goes to the dead-letter function (WithDeadLetter); without one it is
 // tried again at the maximum backoff until it succeeds, and Shards shows it
-// (ShardStatus.Failing). handle should not Ack or Nack: if it does, Process takes that as the
-// record's settlement.
+// (ShardStatus.Failing). handle need not Ack or Nack: an Ack in handle settles the record as
+// handled whatever handle returns, and a Nack fails the attempt as an error does (the record is
+// retried, never skipped).
 //
 // The context a handler gets ends when ctx does, and when its record's shard moves on: at once
 // on a Seek or a lost lease; on a hand-back or Close once their drain ends, as the running
 // handlers get the drain to finish. A record whose shard moved on is not started, nor retried:
-// nothing fetched before Seek returns is started after it (a record checked in the instant of
-// the seek gets a context already ended). WithMaxInFlight and WithMaxInFlightBytes bound each
-// shard as for the other styles, counting the records Process holds, queued or running, so a
-// slow or stuck key cannot make memory grow: it stops its shard at the cap.
+// a worker checks its shard just before it calls the handler, so nothing fetched before Seek
+// returns is started after it, except a record checked in the instant between that check and
+// the call: its handler gets a context that ended before Seek returned, and what it returns is
+// ignored (the record is neither acked nor retried; the new position delivers it again if it
+// includes it). A handler that runs on after its shard moved on (it
+// ignores its ctx) still holds its key: this Process starts no record of that key from another
+// shard (a child after a split or merge) until it returns. WithMaxInFlight and
+// WithMaxInFlightBytes bound each shard as for the other styles, counting the records Process
+// holds, queued or running, so a slow or stuck key cannot make memory grow: it stops its shard
+// at the cap.
 //
-// Process returns when ctx ends (nil), when the subscription ends (Err: nil after Close), or at
-// once with ErrConsumerBusy while another consumer pulls (All, Batches, Process, or Messages
-// once called). It returns only once every handler it started has returned. Records it took
-// and did not handle when ctx ended are not lost: it moves their shards back to the first of
-// them (the shard's generation ends at once, and its reader reopens there, retrying until it
-// can), so the next consumer of this subscription gets them again, in
-// order, before anything later. Invalid options, a nil ctx or a nil handle make it return an
-// error wrapping ErrInvalidOption before it takes anything.
+// Process returns why it stopped, never nil: context.Cause(ctx) when ctx ends (at once if it
+// had ended already), the subscription's Err when the subscription ended on its own, ErrClosed
+// after Close, or at once ErrConsumerBusy while another consumer pulls (All, Batches, Process,
+// or Messages once called). It returns only once every handler it started has returned.
+// Records it took and did not handle when ctx ended are not lost: it moves their shards back to
+// the first of them (the shard's generation ends at once, and its reader reopens there,
+// retrying until it can), so the next consumer of this subscription gets them again, in order,
+// before anything later. Invalid options, a nil ctx or a nil handle make it return an error
+// wrapping ErrInvalidOption before it takes anything.
 func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *Message) error, opts ...ProcessOption) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: Process: nil context (pass context.Background())", ErrInvalidOption)
@@ -62,7 +70,7 @@ func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *
 		return err
 	}
 	if ctx.Err() != nil {
-		return nil
+		return context.Cause(ctx)
 	}
 	select {
 	case <-s.del.hand.token:
@@ -79,6 +87,7 @@ func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *
 	for {
 		if f, from := s.del.hand.takeRest(); f != nil {
 			s.metrics.consumedPage(f, from)
+			f.own(from)
 			p.add(f, from)
 		}
 		if !s.del.hand.wait(ctx, s.done) {
@@ -87,9 +96,12 @@ func (s *Subscriber) Process(ctx context.Context, handle func(context.Context, *
 	}
 	p.stop(ctx.Err() != nil)
 	if ctx.Err() != nil {
-		return nil
+		return context.Cause(ctx)
 	}
-	return s.Err()
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return ErrClosed
 }
 
 // processor is one Process call: the lanes of keys, the ready queue and the workers
@@ -116,13 +128,14 @@ type processor struct {
 	shown    map[*worker]bool
 	queuedAt map[*job]time.Time // when sampled jobs (timed) queued behind their key
 	fails    map[*job]*failure  // how the jobs that failed (failed) went
+	lingers  map[string]*linger // per order key, handlers running on after their shard moved on
 
 	workers sync.WaitGroup // the workers
 	aux     sync.WaitGroup // backoff timers and the generations' context callbacks
 }
 
 func newProcessor(ctx context.Context, s *Subscriber, cfg processConfig, handle func(context.Context, *Message) error) (*processor, error) {
-	p := &processor{s: s, cfg: cfg, handle: handle, lanes: map[string]*lane{}, shown: map[*worker]bool{},
+	p := &processor{s: s, cfg: cfg, handle: handle, lanes: map[string]*lane{}, shown: map[*worker]bool{}, lingers: map[string]*linger{},
 		queuedAt: map[*job]time.Time{}, fails: map[*job]*failure{}}
 	p.cond.L = &p.mu
 	p.rnd = rand.Uint64() | 1

@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strconv"
 	"testing"
@@ -45,7 +46,7 @@ func BenchmarkProcess(b *testing.B) {
 			b.StopTimer()
 			allocs, cpu := mallocs()-m0, cpuTime()-cpu0
 			cancel()
-			if err := <-res; err != nil {
+			if err := <-res; !errors.Is(err, context.Canceled) {
 				b.Fatal(err)
 			}
 			closeBench(b, sub, 10*time.Second)

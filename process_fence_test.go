@@ -23,14 +23,18 @@ import (
 // own end. These run in synctest bubbles, so "a handler is running now" and "nothing more
 // starts" are states to wait for, not guesses.
 
-// startProcess runs Process on sub until the returned stop is called, which returns its error.
+// startProcess runs Process on sub until the returned stop is called, which returns its error
+// (nil when it returned the cause its ctx was ended with).
 func startProcess(sub *Subscriber, handle func(context.Context, *Message) error, opts ...ProcessOption) (stop func() error) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	res := make(chan error, 1)
 	go func() { res <- sub.Process(ctx, handle, opts...) }()
 	return func() error {
-		cancel()
-		return <-res
+		cancel(errStopProcess)
+		if err := <-res; err != errStopProcess {
+			return err
+		}
+		return nil
 	}
 }
 
@@ -169,7 +173,7 @@ func TestProcessLeaseLossCancels(t *testing.T) {
 
 // TestProcessCloseDrain: Close lets the running handlers finish within its drain, and
 // checkpoints exactly what was handled; what waited behind them is never started; a handler
-// still running when the drain ends finds its context ended; Process returns nil.
+// still running when the drain ends finds its context ended; Process returns ErrClosed.
 func TestProcessCloseDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakeStream("drain", 1)
@@ -218,7 +222,7 @@ func TestProcessCloseDrain(t *testing.T) {
 		defer cancel()
 		close(closing)
 		require.NoError(t, sub.Close(ctx))
-		require.NoError(t, <-res)
+		require.ErrorIs(t, <-res, ErrClosed, "Process returns ErrClosed after Close")
 		mu.Lock()
 		defer mu.Unlock()
 		require.ElementsMatch(t, []string{"k0/0", "k1/0"}, started, "nothing started once Close began")
@@ -589,11 +593,11 @@ func TestProcessHandlerCtxDeadline(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		var got error
-		require.NoError(t, sub.Process(ctx, func(hctx context.Context, m *Message) error {
+		require.ErrorIs(t, sub.Process(ctx, func(hctx context.Context, m *Message) error {
 			<-hctx.Done()
 			got = hctx.Err()
 			return got
-		}))
+		}), context.DeadlineExceeded)
 		require.ErrorIs(t, got, context.DeadlineExceeded)
 	})
 }

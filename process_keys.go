@@ -29,6 +29,7 @@ type job struct {
 	dropped bool
 	timed   bool // its wait behind its key is sampled: p.queuedAt holds when it began
 	failed  bool // it failed at least once: p.fails holds how
+	lingers bool // it ran on when its shard moved on: p.lingers holds it under its key
 }
 
 // failure is how the attempts of a delivery that failed went.
@@ -154,7 +155,7 @@ func (p *processor) add(f *fetched, from int) {
 			if q.head == nil {
 				q.head, q.tail = j, j
 				l.live++
-				p.makeReady(j)
+				p.headReady(j)
 				continue
 			}
 			q.tail.next, q.tail = j, j
@@ -277,13 +278,16 @@ func (p *processor) advance(h *job) {
 		delete(p.queuedAt, n)
 		n.timed = false
 	}
-	p.makeReady(n)
+	p.headReady(n)
 }
 
 // retire ends j's bookkeeping once it is settled or given back: its backoff, its place among
 // the failing, its hold on its generation.
 func (p *processor) retire(j *job) {
 	j.state = jobDone
+	if j.lingers {
+		p.unlinger(j)
+	}
 	if j.timed {
 		delete(p.queuedAt, j)
 		j.timed = false
@@ -347,6 +351,9 @@ func (p *processor) sweep(gs *genState) {
 		if gs.holds(h) && !h.dropped && h.state != jobRunning {
 			p.drop(h)
 			p.advance(h)
+		}
+		if gs.holds(h) && h.state == jobRunning && !h.lingers {
+			p.linger(h)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"context"
+	"sync/atomic"
 )
 
 // What Process needs from a shard's lifecycle, and nothing else. Process (process.go) never
@@ -53,3 +54,39 @@ func (w *worker) setProcessStatus(f *FailingRecord) { w.failing.Store(f) }
 // processStatus is what Shards shows of Process on this shard: its longest-failing record, or
 // nil.
 func (w *worker) processStatus() *FailingRecord { return w.failing.Load() }
+
+// procMarks is Process's mark on a page it took: its deliveries from offset from on are
+// Process's, and nacked has a bit per offset, set by a Nack from a handler (nackInProcess).
+type procMarks struct {
+	from   uint32
+	nacked []uint32
+}
+
+// own marks page f's deliveries from index from on as Process's.
+func (f *fetched) own(from int) {
+	f.pg.proc.Store(&procMarks{from: f.at(from).off, nacked: make([]uint32, len(f.pg.settled))})
+}
+
+// nackInProcess notes a Nack of m, unsettled and held by Process, for Process to take as its
+// handler's failure (takeNack), and reports whether it did: such a Nack settles nothing.
+func (m *Message) nackInProcess() bool {
+	if m.pg == nil {
+		return false
+	}
+	pm := m.pg.proc.Load()
+	if pm == nil || m.off < pm.from || m.isSettled() {
+		return false
+	}
+	atomic.OrUint32(&pm.nacked[m.off/32], 1<<(m.off%32))
+	return true
+}
+
+// takeNack reports whether m was nacked by its handler since the last call, and clears that.
+func (m *Message) takeNack() bool {
+	pm := m.pg.proc.Load()
+	if pm == nil || m.off < pm.from {
+		return false
+	}
+	bit := uint32(1) << (m.off % 32)
+	return atomic.AndUint32(&pm.nacked[m.off/32], ^bit)&bit != 0
+}

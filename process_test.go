@@ -101,12 +101,17 @@ func (k *keyLog) count() int {
 	return k.handled
 }
 
+// errStopProcess ends the ctx of a test's Process call; Process returns it, and the helpers
+// that run Process (processUntil, startProcess) report nil for it.
+var errStopProcess = errors.New("the test stops Process")
+
 // processUntil runs Process on sub in a goroutine until n records were handled (as counted by
-// handled), then ends it, and returns its error.
+// handled), then ends it, and returns its error (nil when it returned the cause its ctx was
+// ended with).
 func processUntil(t *testing.T, sub *Subscriber, n int, handled func() int, handle func(context.Context, *Message) error, opts ...ProcessOption) error {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	res := make(chan error, 1)
 	go func() { res <- sub.Process(ctx, handle, opts...) }()
 	deadline := time.Now().Add(time.Hour) // in a synctest bubble, an hour of its time
@@ -120,8 +125,11 @@ func processUntil(t *testing.T, sub *Subscriber, n int, handled func() int, hand
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	cancel()
-	return <-res
+	cancel(errStopProcess)
+	if err := <-res; err != errStopProcess {
+		return err
+	}
+	return nil
 }
 
 // TestProcessOrderPerKey: handlers with random latencies on three shards of 40 keys: per shard
@@ -422,7 +430,7 @@ func TestProcessStuckRecordShown(t *testing.T) {
 		synctest.Wait()
 		require.Nil(t, sub.Shards()[0].Failing)
 		cancel()
-		require.NoError(t, <-res)
+		require.ErrorIs(t, <-res, context.Canceled)
 		require.NoError(t, sub.Commit(context.Background()))
 		require.Equal(t, seqs[29], readLease(t, store, f.stream, f.shards[0].id).Checkpoint.Sequence)
 	})
@@ -501,7 +509,7 @@ func TestProcessOptions(t *testing.T) {
 			require.ErrorIs(t, err, ErrConsumerBusy)
 		}
 		cancel()
-		require.NoError(t, <-res)
+		require.ErrorIs(t, <-res, context.Canceled)
 		sub.Messages()
 		synctest.Wait() // the dispatcher took the hand-off over
 		require.ErrorIs(t, sub.Process(context.Background(), ok), ErrConsumerBusy, "Messages consumes for good")

@@ -141,8 +141,10 @@ func (p *processor) work() {
 				j.result = result{skipped: true}
 				continue
 			}
-			// The first was checked as it was taken; the others are checked as they start.
-			if (i > 0 || waited) && j.m.stale() {
+			// Checked again as it starts, whatever was checked as it was taken: a seek since
+			// must find it not started. Only one in the instant between this check and the
+			// handler's call starts, with its ctx already ended (the seek ended it first).
+			if j.m.stale() {
 				j.result = result{skipped: true}
 				continue
 			}
@@ -266,13 +268,21 @@ func (p *processor) handOver(rs *runShare) {
 	}
 }
 
+// errHandlerNacked is the error of an attempt whose handler returned nil after nacking its
+// record: a Nack fails the attempt (Message.Nack), so the record is retried, never skipped.
+var errHandlerNacked = errors.New("kinesub: the handler nacked the record")
+
 // attempt runs the handler (or the dead-letter function) on j. The job counts as settled when
-// the handler succeeded (the caller acks it) or settled it itself. It runs without p.mu: j is
-// this worker's while it runs.
+// the handler succeeded (the caller acks it) or acked it itself; a Nack fails the attempt. It
+// runs without p.mu: j is this worker's while it runs.
 func (p *processor) attempt(j *runJob) result {
 	err := p.call(j)
+	nacked := j.m.takeNack()
 	if j.m.isSettled() {
-		return result{settled: true} // the handler acked or nacked it itself
+		return result{settled: true} // the handler acked it itself
+	}
+	if nacked && err == nil {
+		err = errHandlerNacked
 	}
 	if err != nil {
 		return result{err: err}

@@ -29,7 +29,10 @@ type Seeker struct {
 //
 // Once Seek returns nil, no record fetched before the seek is delivered from the moved shards,
 // and acks of earlier deliveries no longer move their checkpoints (the watermark is written
-// once more, then reset). Seek after Close returns ErrClosed.
+// once more, then reset). With Process, no handler is started on such a record either, except
+// where a worker had checked the record in the instant of the seek, just before calling the
+// handler: that handler's ctx ended before Seek returned, and what it returns is ignored (the
+// record is neither acked nor retried). Seek after Close returns ErrClosed.
 //
 // A Seek that returns an error leaves each shard either where it was or fully moved, and says
 // which: an error wrapping ErrSeekPending names a shard that is moved (nothing fetched before

@@ -303,8 +303,8 @@ func handlePass(ctx context.Context, client *kinesis.Client, stream string, n in
 			finish()
 			return nil
 		}, kinesub.WithConcurrency(processConcurrency))
-		if err != nil {
-			return handled{}, err
+		if err != nil && pctx.Err() == nil {
+			return handled{}, err // not the end of the pass: Process returns its ctx's cause then
 		}
 	}
 	if got := done.Load(); got < int64(n) {

@@ -72,14 +72,15 @@ func run() error {
 	}()
 
 	l := &ledger{next: map[string]int{}, failed: map[string]bool{}, inOrder: true}
-	pctx, stop := context.WithCancel(ctx)
+	pctx, stop := context.WithCancelCause(ctx)
+	allHandled := errors.New("every update handled")
 	start := time.Now()
 	err = sub.Process(pctx, func(ctx context.Context, m *kinesub.Message) error {
 		if err := l.apply(ctx, m); err != nil {
 			return err
 		}
 		if l.done() == updates {
-			stop() // every update handled: Process returns nil
+			stop(allHandled) // Process returns this cause
 		}
 		return nil
 	},
@@ -90,12 +91,12 @@ func run() error {
 			fmt.Printf("  dead letter: %s (%v)\n", m.Data(), err)
 			l.skip(m)
 			if l.done() == updates {
-				stop()
+				stop(allHandled)
 			}
 			return nil // taken: the record counts as handled, its account goes on
 		}))
-	if err != nil {
-		return err
+	if !errors.Is(err, allHandled) {
+		return err // ctx ended, or the subscription did: Process says why
 	}
 	took := time.Since(start)
 	fmt.Printf("handled %d updates of %d accounts in %v (one at a time: at least %v); per account in order: %v\n",

@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -198,7 +199,7 @@ func processRecords(log *chaoslog.Writer, sub *kinesub.Subscriber, closed <-chan
 		log.Ack(m.ShardID(), m.SequenceNumber()) // returning nil acks it
 		return nil
 	}, kinesub.WithConcurrency(64))
-	if err != nil {
+	if !errors.Is(err, kinesub.ErrClosed) {
 		return err // the subscription failed on its own
 	}
 	return <-closed
