@@ -9,6 +9,7 @@
 // single-item write (PutItem, UpdateItem…) sent at the same moment may land between a
 // transaction's checks and its writes, which DynamoDB would refuse with TransactionConflict.
 'use strict'
+const crc32 = require('buffer-crc32') // dynalite's own, to sign answers as it does
 const db = require('dynalite/db')
 const validations = require('dynalite/validations')
 
@@ -50,6 +51,7 @@ function send (res, status, body) {
   const s = JSON.stringify(body)
   res.statusCode = status
   res.setHeader('Content-Type', 'application/x-amz-json-1.0')
+  res.setHeader('x-amz-crc32', crc32.unsigned(s)) // the SDK checks it
   res.setHeader('Content-Length', Buffer.byteLength(s))
   res.end(s)
 }
