@@ -202,9 +202,9 @@ func (s *Sink) Read(ctx context.Context, key string) (mark Mark, ok bool, err er
 // Handler returns a handler for kinesub.Subscriber.Process that applies each record's
 // effects with Apply: effects returns the writes of a record (it may read tables, and must not
 // write them itself). A replay returns nil, so that Process acks the record; other errors are
-// returned, and Process tries the record again (ErrSuperseded: the record's shard has moved
-// on, and Process does not retry it). A handler that needs to know about replays calls Apply
-// itself.
+// returned, and Process tries the record again. On ErrSuperseded every try is refused, until
+// this subscriber notices that its lease was taken and Process drops the shard's records. A
+// handler that needs to know about replays calls Apply itself.
 func (s *Sink) Handler(effects func(context.Context, *kinesub.Message) ([]types.TransactWriteItem, error)) func(context.Context, *kinesub.Message) error {
 	return func(ctx context.Context, m *kinesub.Message) error {
 		items, err := effects(ctx, m)
