@@ -477,6 +477,7 @@ func (r *run) finish(ctx context.Context, tl *tailer, pubStart time.Time, in ver
 		if err != nil {
 			return nil, err
 		}
+		rep.Violations = append(rep.Violations, rep.Effects.violations()...)
 	}
 	return rep, nil
 }

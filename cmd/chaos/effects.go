@@ -36,6 +36,19 @@ func (e *EffectFigures) String() string {
 		e.Mode, e.Applied, e.Twice, e.Extra, e.Lost)
 }
 
+// violations lists what the figures break: an effect never applied, and, through dynamosink,
+// one applied twice (a plain write is expected to apply some twice).
+func (e *EffectFigures) violations() []string {
+	var v []string
+	if e.Lost > 0 {
+		v = append(v, fmt.Sprintf("%d records' effects never applied", e.Lost))
+	}
+	if e.Mode == EffectsSink && e.Twice > 0 {
+		v = append(v, fmt.Sprintf("%d records' effects applied more than once through dynamosink", e.Twice))
+	}
+	return v
+}
+
 // effectTables creates the run's effects table and, for the sink, its mark table.
 func (r *run) effectTables(ctx context.Context) error {
 	r.effects, r.marks = "chaos-effects-"+r.suffix, "chaos-marks-"+r.suffix

@@ -59,3 +59,17 @@ func runEffects(t *testing.T, mode string) *Report {
 	require.NoError(t, err)
 	return rep
 }
+
+func TestEffectViolations(t *testing.T) {
+	assert.Empty(t, (&EffectFigures{Mode: EffectsSink, Applied: 10}).violations())
+	assert.Empty(t, (&EffectFigures{Mode: EffectsPlain, Applied: 10, Twice: 3, Extra: 4}).violations(), "a plain write may apply twice")
+	assert.Len(t, (&EffectFigures{Mode: EffectsSink, Applied: 10, Twice: 1, Extra: 1}).violations(), 1)
+	assert.Len(t, (&EffectFigures{Mode: EffectsPlain, Applied: 9, Lost: 1}).violations(), 1)
+
+	cfg := DefaultConfig()
+	cfg.Effects = "twice"
+	assert.ErrorContains(t, cfg.check(), `effects must be "sink" or "plain"`)
+	cfg = DefaultDeployConfig()
+	cfg.Effects, cfg.Deploys = EffectsSink, 1
+	assert.ErrorContains(t, cfg.check(), "not of deploys")
+}

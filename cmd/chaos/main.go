@@ -152,6 +152,8 @@ func (c Config) check() error {
 		return fmt.Errorf("ttl and timeout must be positive, checkpoint not negative")
 	case c.Effects != "" && c.Effects != EffectsSink && c.Effects != EffectsPlain:
 		return fmt.Errorf("effects must be %q or %q, not %q", EffectsSink, EffectsPlain, c.Effects)
+	case c.Effects != "" && c.Deploys > 0:
+		return fmt.Errorf("effects are counted in runs of kills, not of deploys")
 	}
 	return nil
 }
