@@ -68,7 +68,10 @@
 // An unacknowledged message holds the checkpoint back, so after a restart, a crash or a
 // handoff the shard is read again from the first message not handled: no record is skipped
 // before it is acknowledged, and some may be delivered twice. Ack itself never waits on the
-// lease store (unless WithCheckpointInterval(0)); Commit forces the write.
+// lease store (unless WithCheckpointInterval(0)); Commit forces the write. For effects in
+// DynamoDB, package dynamosink writes a record's items with its key's high-water mark and the
+// lease's fencing token (Message.Tenure) in one transaction, so a record delivered twice is
+// applied once.
 //
 // Nack leaves a message unhandled, to be delivered again when the shard's lease is next taken
 // (to skip one, Ack it; to retry one in process, consume with Process). WithMaxInFlight and

@@ -61,7 +61,12 @@ type Config struct {
 	// usually claims the released shards itself; longer, the peers take them first and hand
 	// them back when it joins.
 	StartDelay time.Duration
-	Logf       func(format string, args ...any)
+	// Effects, when set (EffectsSink or EffectsPlain, see effects.go), makes the consumers
+	// handle records with Process and apply each record's effect, a counter of its own in a
+	// DynamoDB table, through dynamosink or with a plain UpdateItem; the report then counts the
+	// effects applied more than once and never (Report.Effects).
+	Effects string
+	Logf    func(format string, args ...any)
 }
 
 // DefaultConfig is the run `go run ./cmd/chaos` does without flags.
@@ -103,6 +108,9 @@ type run struct {
 	rng   *mrand.Rand
 
 	stream, table string
+	suffix        string
+	effects       string // effects table (Config.Effects)
+	marks         string // dynamosink's mark table (Config.Effects)
 	dir, bin      string
 
 	mu    sync.Mutex
@@ -122,11 +130,14 @@ func Run(ctx context.Context, cfg Config, kc *kinesis.Client, dc *dynamodb.Clien
 	if cfg.Seed == 0 {
 		cfg.Seed = mrand.Uint64()
 	}
+	if cfg.Effects != "" {
+		cfg.Process = true // the effects are applied by Process handlers
+	}
 	r := &run{cfg: cfg, kc: kc, dc: dc, rng: mrand.New(mrand.NewPCG(cfg.Seed, 0))}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	suffix := hex.EncodeToString(b[:])
-	r.stream, r.table = "chaos-"+suffix, "chaos-leases-"+suffix
+	r.stream, r.table, r.suffix = "chaos-"+suffix, "chaos-leases-"+suffix, suffix
 	r.dir = cfg.Dir
 	if r.dir == "" {
 		d, derr := os.MkdirTemp("", "kinesub-chaos-")
@@ -207,6 +218,9 @@ func (r *run) setup(ctx context.Context) error {
 	if err := r.store.EnsureTable(cctx); err != nil {
 		return fmt.Errorf("lease table: %w", err)
 	}
+	if r.cfg.Effects != "" {
+		return r.effectTables(cctx)
+	}
 	return nil
 }
 
@@ -214,7 +228,11 @@ func (r *run) teardown() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = r.kc.DeleteStream(ctx, &kinesis.DeleteStreamInput{StreamName: aws.String(r.stream), EnforceConsumerDeletion: aws.Bool(true)})
-	_, _ = r.dc.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(r.table)})
+	for _, t := range []string{r.table, r.effects, r.marks} {
+		if t != "" {
+			_, _ = r.dc.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(t)})
+		}
+	}
 }
 
 // start runs the next incarnation of slot. Each incarnation has its own owner name, so that
@@ -239,6 +257,9 @@ func (r *run) start(slot int) (*proc, error) {
 		"-stream", r.stream, "-table", r.table, "-owner", owner, "-log", p.log,
 		"-ttl", r.cfg.TTL.String(), "-checkpoint", r.cfg.Checkpoint.String(),
 		fmt.Sprintf("-process=%t", r.cfg.Process))
+	if r.cfg.Effects != "" {
+		p.cmd.Args = append(p.cmd.Args, "-effects", r.cfg.Effects, "-effects-table", r.effects, "-marks-table", r.marks)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = stderr, stderr
 	if r.cfg.Race {
 		// The race runtime sleeps 1s at exit by default: a consumer would seem to take 1s
@@ -399,6 +420,11 @@ func (r *run) finish(ctx context.Context, tl *tailer, pubStart time.Time, in ver
 		}
 	}
 
+	if cfg.Effects != "" && timedOut == "" {
+		if err := r.awaitEffects(ctx, deadline); err != nil {
+			return nil, err
+		}
+	}
 	// Stop the survivors as an orchestrator would: SIGTERM, so they release their leases.
 	r.mu.Lock()
 	live := append([]*proc(nil), r.live...)
@@ -444,6 +470,15 @@ func (r *run) finish(ctx context.Context, tl *tailer, pubStart time.Time, in ver
 	}
 	rep.Warmups = in.warmups
 	rep.Violations = append(violations, rep.Violations...)
+	if cfg.Effects != "" {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		rep.Effects, err = r.effectFigures(cctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		rep.Violations = append(rep.Violations, rep.Effects.violations()...)
+	}
 	return rep, nil
 }
 

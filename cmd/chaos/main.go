@@ -29,6 +29,12 @@
 // and delivered again. Its defaults are the library's lease TTL (10s) and checkpoint interval
 // (5s), as a service deploys with; -ttl and -checkpoint override them.
 //
+// With -effects sink (or plain) every record's effect is to add one to a DynamoDB counter of
+// its own, through dynamosink (or with a plain UpdateItem), from Process handlers; once the
+// consumers stopped, the run counts the records whose effect was applied more than once, and
+// never. Through dynamosink both must be 0; the plain handler applies again what a killed
+// process applied and did not checkpoint.
+//
 // It prints the lost and duplicated counts and the takeover times (or the deploy figures), and
 // exits 1 on a violation; -json prints the report as JSON instead.
 // It runs only against local emulators (`make chaos` starts them) and refuses any endpoint
@@ -69,6 +75,7 @@ func main() {
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for logs (default: a new temporary one)")
 	flag.BoolVar(&cfg.Race, "race", false, "build the consumer with the race detector")
 	flag.BoolVar(&cfg.Process, "process", false, "consumers handle records with Subscriber.Process, many at once")
+	flag.StringVar(&cfg.Effects, "effects", "", `with "sink" or "plain", consumers (with Process) add one to a DynamoDB counter per record, through dynamosink or with a plain UpdateItem, and the report counts effects applied twice and lost`)
 	deploy := flag.Bool("deploy", false, "rolling deploys under a steady producer instead of kill -9s (its defaults: -records 1000000 as a cap, -rate 500, -ttl 10s, -checkpoint 5s, -kills 0)")
 	deploys := flag.Int("deploys", DefaultDeployConfig().Deploys, "rolling deploys with -deploy, each restarting every consumer once")
 	flag.DurationVar(&cfg.StartDelay, "start-delay", 0, "with -deploy, time from a consumer's exit until its replacement starts")
@@ -121,6 +128,9 @@ func main() {
 		err = json.NewEncoder(os.Stdout).Encode(rep)
 	} else {
 		_, err = fmt.Print(rep)
+		if err == nil && rep.Effects != nil {
+			_, err = fmt.Print(rep.Effects)
+		}
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
@@ -140,6 +150,10 @@ func (c Config) check() error {
 		return fmt.Errorf("a run either kills (-kills) or deploys (-deploy), not both")
 	case c.TTL <= 0 || c.Checkpoint < 0 || c.Timeout <= 0:
 		return fmt.Errorf("ttl and timeout must be positive, checkpoint not negative")
+	case c.Effects != "" && c.Effects != EffectsSink && c.Effects != EffectsPlain:
+		return fmt.Errorf("effects must be %q or %q, not %q", EffectsSink, EffectsPlain, c.Effects)
+	case c.Effects != "" && c.Deploys > 0:
+		return fmt.Errorf("effects are counted in runs of kills, not of deploys")
 	}
 	return nil
 }

@@ -33,6 +33,7 @@ type Report struct {
 	Takeovers       []time.Duration // kill → another owner takes each shard the killed one held
 	MaxOverlap      time.Duration   // longest time two processes delivered from one shard at once
 	Deploy          *DeployFigures  // a run of rolling deploys; nil for a run of kills
+	Effects         *EffectFigures  // a run with Config.Effects; nil otherwise
 	Wall            time.Duration
 	Violations      []string
 }

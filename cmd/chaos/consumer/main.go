@@ -50,6 +50,9 @@ func main() {
 		sync       = flag.Duration("sync", time.Second, "shard list refresh interval")
 		checkpoint = flag.Duration("checkpoint", 200*time.Millisecond, "checkpoint interval")
 		process    = flag.Bool("process", false, "handle records with Subscriber.Process")
+		effects    = flag.String("effects", "", `with Process, apply each record's effect to -effects-table: "sink" through dynamosink (marks in -marks-table), "plain" with an UpdateItem`)
+		effTable   = flag.String("effects-table", "", "DynamoDB table of the effects (-effects)")
+		marksTable = flag.String("marks-table", "", "dynamosink's mark table (-effects sink)")
 	)
 	flag.Parse()
 	if *stream == "" || *table == "" || *owner == "" || *logPath == "" {
@@ -61,7 +64,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "consumer:", err)
 		os.Exit(1)
 	}
-	err = run(log, *stream, *table, *process,
+	eff := effectsConfig{mode: *effects, table: *effTable, marks: *marksTable}
+	err = run(log, *stream, *table, *process, eff,
 		kinesub.WithOwner(*owner),
 		kinesub.WithLeaseTTL(*ttl),
 		kinesub.WithPollInterval(*poll),
@@ -83,7 +87,7 @@ func main() {
 	}
 }
 
-func run(log *chaoslog.Writer, stream, table string, process bool, opts ...kinesub.Option) error {
+func run(log *chaoslog.Writer, stream, table string, process bool, eff effectsConfig, opts ...kinesub.Option) error {
 	for _, v := range []string{testenv.KinesisEndpointVar, testenv.DynamoDBEndpointVar} {
 		if err := testenv.CheckLoopback(os.Getenv(v)); err != nil {
 			return fmt.Errorf("%s: %w", v, err)
@@ -97,7 +101,8 @@ func run(log *chaoslog.Writer, stream, table string, process bool, opts ...kines
 	if os.Getenv("AWS_ACCESS_KEY_ID") == "" {
 		cfg.Credentials = aws.AnonymousCredentials{}
 	}
-	store := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), table)
+	db := dynamodb.NewFromConfig(cfg)
+	store := lease.NewDynamoDB(db, table)
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = store.EnsureTable(sctx)
 	cancel()
@@ -127,6 +132,13 @@ func run(log *chaoslog.Writer, stream, table string, process bool, opts ...kines
 		closed <- sub.Close(ctx)
 	}()
 
+	if eff.mode != "" {
+		handle, err := eff.handler(log, db)
+		if err != nil {
+			return err
+		}
+		return processWith(sub, closed, handle)
+	}
 	if process {
 		return processRecords(log, sub, closed)
 	}
@@ -185,7 +197,7 @@ func run(log *chaoslog.Writer, stream, table string, process bool, opts ...kines
 // first handled), works up to 2ms, and flushes the log before it returns nil, which acks the
 // record.
 func processRecords(log *chaoslog.Writer, sub *kinesub.Subscriber, closed <-chan error) error {
-	err := sub.Process(context.Background(), func(ctx context.Context, m *kinesub.Message) error {
+	return processWith(sub, closed, func(ctx context.Context, m *kinesub.Message) error {
 		log.Delivery(m.ShardID(), m.SequenceNumber(), m.PartitionKey(), m.Data())
 		t := time.NewTimer(time.Duration(rand.N(2000)) * time.Microsecond)
 		defer t.Stop()
@@ -198,7 +210,12 @@ func processRecords(log *chaoslog.Writer, sub *kinesub.Subscriber, closed <-chan
 		}
 		log.Ack(m.ShardID(), m.SequenceNumber()) // returning nil acks it
 		return nil
-	}, kinesub.WithConcurrency(64))
+	})
+}
+
+// processWith runs handle with Process, 64 at once, until the subscription is closed.
+func processWith(sub *kinesub.Subscriber, closed <-chan error, handle func(context.Context, *kinesub.Message) error) error {
+	err := sub.Process(context.Background(), handle, kinesub.WithConcurrency(64))
 	if !errors.Is(err, kinesub.ErrClosed) {
 		return err // the subscription failed on its own
 	}
