@@ -66,6 +66,9 @@ func (h *handoff) take() *Message {
 	}
 	m := f.at(h.next)
 	h.next++
+	if t := w.tracing(); t != nil {
+		t.receive(m) // its receive span (tracing.go)
+	}
 	return m
 }
 

@@ -29,7 +29,9 @@
 //     burst from concurrent PublishBatch calls against the time the limits allow, aggregation
 //     against none, and the publisher's CPU per record against a raw PutRecords loop;
 //   - Process (process.go): CPU per record against All's with a handler that does nothing, and
-//     records/s with a 10ms handler against an unordered pool and a sequential loop.
+//     records/s with a 10ms handler against an unordered pool and a sequential loop;
+//   - tracing left off (tracing.go): delivery and Process as shipped against the library built
+//     with the tag kinesub_notrace, which compiles tracing's hooks out.
 //
 // It needs the local servers that `make bench` starts (AWS_ENDPOINT_URL_KINESIS and
 // AWS_ENDPOINT_URL_DYNAMODB, checked to be on loopback, so it never touches real AWS). Run it
@@ -62,7 +64,7 @@ var (
 	inProcess   = flag.Bool("inprocess", true, "run the in-process go benchmarks")
 	endToEnd    = flag.Bool("e2e", true, "run the end-to-end passes on the local Kinesis server")
 	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the end-to-end kinesub passes to this file")
-	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet")
+	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet, tracing")
 	pollEvery   = 20 * time.Millisecond
 	passTimeout = 3 * time.Minute
 )
@@ -101,6 +103,7 @@ var sections = []section{
 	{"publish", publishFigs, publishFigures},
 	{"process", processFigs, processFigures},
 	{"fleet", fleetOn, fleetFigures},
+	{"tracing", tracingFigs, tracingFigures},
 }
 
 func run() error {
@@ -114,7 +117,7 @@ func run() error {
 			delete(unknown, sec.name)
 		}
 		if len(unknown) > 0 {
-			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet", *only, slices.Sorted(maps.Keys(unknown)))
+			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet, tracing", *only, slices.Sorted(maps.Keys(unknown)))
 		}
 	}
 	// An endpoint that is set must be local; the sections that need one check it is set.
