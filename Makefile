@@ -32,10 +32,13 @@ endef
 # consumer) stays out of the library's go.mod; vet-modules checks that they still build against
 # the library in this tree. test runs every package against kinesalite, then the root package's
 # integration tests again against kinesistest, the in-process server (KINESUB_KINESIS_BACKEND,
-# internal/testenv). apicheck holds the exported API to the last release's (api/).
+# internal/testenv). The examples' module has its tests too: each example, built and run against
+# the servers, exits 0 on SIGINT with its leases released. apicheck holds the exported API to
+# the last release's (api/).
 test: vet-modules apicheck
 	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./... && \
-	KINESUB_KINESIS_BACKEND=kinesistest $(GO) test -race -count=1 -timeout 12m .)
+	KINESUB_KINESIS_BACKEND=kinesistest $(GO) test -race -count=1 -timeout 12m . && \
+	(cd examples && $(GO) test -count=1 -timeout 5m ./...))
 
 # stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes
 # spin on the CPU beside it (as many as there are CPUs by default), and every test runs twice,
