@@ -279,3 +279,65 @@ func TestTracerProviderNil(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidOption)
 	require.ErrorContains(t, err, "WithPublishTracerProvider")
 }
+
+// TestTracingAbandonedAndPanic: the receive spans of records the Messages dispatcher had
+// started handing out, and that a Seek takes back before the consumer received them, end as
+// abandoned; a handler that panics ends its process span with an error status.
+func TestTracingAbandonedAndPanic(t *testing.T) {
+	tr := newTraced(t, "traced-abandoned")
+	ctx := context.Background()
+	pub, err := NewPublisher(tr.srv.Client(), tr.stream, WithPublishTracerProvider(tr.tp))
+	require.NoError(t, err)
+	recs := make([]Record, 20)
+	for i := range recs {
+		recs[i] = Record{PartitionKey: "k", Data: []byte{byte('a' + i)}}
+	}
+	require.NoError(t, pub.PublishBatch(ctx, recs))
+
+	sub := tr.subscribe(t)
+	msgs := sub.Messages()
+	started := func() int {
+		n := 0
+		for _, s := range tr.rec.Started() {
+			if s.Name() == "receive "+tr.stream {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 30*time.Second, "the dispatcher hands records out", func() bool { return started() >= 2 })
+	require.NoError(t, sub.Seeker().Seek(ctx, Horizon()))
+	abandoned := 0
+	for _, s := range tr.ended("receive " + tr.stream) {
+		require.Equal(t, "abandoned", attrsOf(s)["kinesub.settled"].AsString())
+		abandoned++
+	}
+	require.Positive(t, abandoned, "records taken back by the seek")
+	// The records come again, from the horizon, with new spans.
+	m := <-msgs
+	require.Equal(t, "a", string(m.Data()))
+	require.NoError(t, m.Ack(ctx))
+	require.NoError(t, sub.Close(ctx))
+
+	// A panicking handler.
+	tr2 := newTraced(t, "traced-panic")
+	_, err = tr2.srv.Put(ctx, tr2.stream, "k", []byte("boom"))
+	require.NoError(t, err)
+	sub2 := tr2.subscribe(t)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	panicked := false
+	require.NoError(t, sub2.Process(pctx, func(context.Context, *Message) error {
+		if !panicked {
+			panicked = true
+			panic("boom")
+		}
+		cancel()
+		return nil
+	}, WithConcurrency(1), WithRetryBackoff(time.Millisecond, time.Millisecond)))
+	procs := tr2.ended("process " + tr2.stream)
+	require.Len(t, procs, 2)
+	require.Equal(t, codes.Error, procs[0].Status().Code)
+	require.Equal(t, "handler panicked", procs[0].Status().Description)
+	require.Equal(t, codes.Unset, procs[1].Status().Code)
+}
