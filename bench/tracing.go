@@ -45,9 +45,13 @@ func tracingFigures() error {
 	}
 	count := fmt.Sprintf("%dx", *benchCount)
 	results := map[string]map[string][]benchResult{"off": {}, "none": {}}
-	for range *benchPairs {
+	for pair := range *benchPairs {
+		order := []string{"none", "off"}
+		if pair%2 == 1 {
+			order = []string{"off", "none"} // either side first as often: no bias from going second
+		}
 		for _, pattern := range patterns {
-			for _, side := range []string{"none", "off"} {
+			for _, side := range order {
 				if err := runBench(bins[side], pattern, count, results[side]); err != nil {
 					return err
 				}
@@ -70,10 +74,12 @@ func tracingFigures() error {
 		return median(xs)
 	}
 	fmt.Printf("%d records per run, %d alternating pairs, medians of the pairs' ratios\n", *benchCount, *benchPairs)
+	// The goal is judged on CPU time per record, which other work on the machine disturbs less
+	// than wall time.
 	for _, row := range names {
-		r := ratio(row.name, "ns/record")
-		fmt.Printf("  %s off ÷ without hooks %5.2f× (CPU %5.2f×); allocs/record %.4f against %.4f  goal ≤ 1.03×: %s\n",
-			row.label, r, ratio(row.name, "cpu-ns/record"), allocs("off", row.name), allocs("none", row.name), verdict(r <= 1.03))
+		c := ratio(row.name, "cpu-ns/record")
+		fmt.Printf("  %s off ÷ without hooks: CPU %5.2f× (wall %5.2f×); allocs/record %.4f against %.4f  goal CPU ≤ 1.03×: %s\n",
+			row.label, c, ratio(row.name, "ns/record"), allocs("off", row.name), allocs("none", row.name), verdict(c <= 1.03))
 	}
 	return nil
 }
