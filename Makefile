@@ -32,7 +32,9 @@ endef
 # consumer) stays out of the library's go.mod; vet-modules checks that they still build against
 # the library in this tree. test runs every package against kinesalite, then the root package's
 # integration tests again against kinesistest, the in-process server (KINESUB_KINESIS_BACKEND,
-# internal/testenv). apicheck holds the exported API to the last release's (api/).
+# internal/testenv). The examples' module has its tests too: each example, built and run against
+# the servers, exits 0 on SIGINT with its leases released. apicheck holds the exported API to
+# the last release's (api/).
 #
 # TestSimulation (sim_test.go) runs the fleet simulation: its default 16 seeds under the race
 # detector with the rest, then SIM_SEEDS more without it, where a seed costs a tenth as much.
@@ -40,7 +42,8 @@ SIM_SEEDS ?= 300
 test: vet-modules apicheck
 	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./... && \
 	$(GO) test -count=1 -timeout 10m -run TestSimulation -sim.first=1001 -sim.seeds=$(SIM_SEEDS) . && \
-	KINESUB_KINESIS_BACKEND=kinesistest $(GO) test -race -count=1 -timeout 12m -skip TestSimulation .)
+	KINESUB_KINESIS_BACKEND=kinesistest $(GO) test -race -count=1 -timeout 12m -skip TestSimulation . && \
+	(cd examples && $(GO) test -count=1 -timeout 5m ./...))
 
 # sim searches the fleet simulation: SIM_SEEDS seeds (10,000 by default) from SIM_FIRST, in
 # parallel on every CPU, with no race detector. A failing seed prints the command that replays

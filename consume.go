@@ -75,6 +75,7 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 				}
 			}
 			s.metrics.consumedPage(f, from)
+			traceHandOutPage(f, from)
 			if !yield(&Batch{msgs: f.messages(from)}, nil) {
 				return pullLeft
 			}
@@ -140,7 +141,14 @@ func (b *Batch) Ack(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return b.msgs[0].pg.shard.settleAll(ctx, b.msgs)
+	w := b.msgs[0].pg.shard
+	err := w.settleAll(ctx, b.msgs)
+	if w.tracing() != nil {
+		for _, m := range b.msgs {
+			m.endReceive(false, err) // a span ended by the message's own Ack stays as it ended
+		}
+	}
+	return err
 }
 
 // settleAll acks every message of ms not yet settled; all are of this shard.

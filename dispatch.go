@@ -123,6 +123,7 @@ func (dl *delivery) dispatch() {
 	defer func() {
 		if d.held != nil {
 			d.held.pg.shard.out.done(1)
+			abandonSpan(d.held)
 		}
 	}()
 	for {
@@ -232,6 +233,7 @@ func (d *dispatcher) answer(req *fenceReq) bool {
 	d.d.fencing.Store(false)
 	if h := d.held; h != nil && (req.stop || h.pg.gen != h.pg.shard.gate.Load()) {
 		h.pg.shard.out.done(1)
+		abandonSpan(h)
 		d.held = nil
 	}
 	if w := d.outShard; w != nil && (req.stop || d.outGen != w.gate.Load()) {
@@ -248,6 +250,7 @@ func (d *dispatcher) empty() {
 		select {
 		case m := <-d.d.out:
 			m.pg.shard.out.done(1)
+			abandonSpan(m)
 		default:
 			d.outShard = nil
 			return

@@ -185,6 +185,16 @@
 // the application installs an SDK. The repository's docs/metrics.md lists every metric and what
 // to alert on.
 //
+// # Tracing
+//
+// With WithPublishTracerProvider a Publisher starts a producer span per Publish or
+// PublishBatch call and writes its W3C trace context into each record's header envelope; with
+// WithTracerProvider a subscriber starts a span per handler call of Process (a child of the
+// producer's span, carried by the handler's ctx) and per record delivered to Messages, All or
+// Batches (linked to the producer's span, ended at its Ack or Nack). Tracing is off by default,
+// at no cost, and without it a Publisher writes records exactly as given. The repository's
+// docs/tracing.md lists the spans and their attributes.
+//
 // # Contexts
 //
 // The methods that start or wait for work (Subscribe, Seek, Commit, All, Batches, Publish,

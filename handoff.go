@@ -65,6 +65,9 @@ func (h *handoff) take() *Message {
 		return nil
 	}
 	m := f.at(h.next)
+	if t := w.tracing(); t != nil {
+		t.receive(m) // its receive span (tracing.go)
+	}
 	if h.next++; h.next == f.n {
 		// Its last delivery: let go of the page, which would otherwise stay reachable from
 		// every Message kept (through its shard and the subscriber) until the next one.

@@ -7,6 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -58,6 +60,7 @@ type msgExtra struct {
 	key     string            // a partition key too long for Message.klen
 	seq     string            // a sequence number too long for Message.slen
 	sub     int32             // the position within a KPL aggregate
+	span    trace.Span        // its receive span, when its subscription traces (tracing.go)
 }
 
 // shardPage is what the deliveries of one page share: their shard, the generation they were
@@ -307,6 +310,14 @@ func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false) }
 func (m *Message) Nack(ctx context.Context) error { return m.settle(ctx, true) }
 
 func (m *Message) settle(ctx context.Context, nack bool) error {
+	err := m.settleOnce(ctx, nack)
+	if tracingBuilt && m.x != nil {
+		m.endReceive(nack, err)
+	}
+	return err
+}
+
+func (m *Message) settleOnce(ctx context.Context, nack bool) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}

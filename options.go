@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gostream/kinesub/lease"
 )
@@ -41,10 +42,11 @@ type config struct {
 	initialPos         *Position
 	source             func(shard string) shardSource // nil: the GetRecords poller; set by tests
 	meterProvider      metric.MeterProvider
-	fanOut             *fanOutConfig // nil: poll with GetRecords (efo_options.go)
-	clientRegion       string        // the Kinesis client's region; "" when unknown (a fake)
-	listener           ShardListener // WithShardListener (listener.go)
-	probes             *probeSet     // tests only (probe.go)
+	fanOut             *fanOutConfig        // nil: poll with GetRecords (efo_options.go)
+	clientRegion       string               // the Kinesis client's region; "" when unknown (a fake)
+	listener           ShardListener        // WithShardListener (listener.go)
+	tracerProvider     trace.TracerProvider // nil: no tracing (WithTracerProvider, tracing.go)
+	probes             *probeSet            // tests only (probe.go)
 
 	errs []error // collected while applying options, reported by validate
 }
@@ -235,6 +237,23 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 			return
 		}
 		c.meterProvider = mp
+	}
+}
+
+// WithTracerProvider makes the subscriber trace what it delivers with OpenTelemetry (see the
+// repository's docs/tracing.md): a span per record delivered to Messages, All or Batches,
+// ended at its Ack or Nack and linked to the producer's span; and a span per handler call of
+// Process, ended when the handler returns, a child of the producer's span, and carried by the
+// handler's ctx. The producer's span context is read from the record's headers (W3C trace
+// context, as a Publisher with WithPublishTracerProvider writes it). The default is no tracing,
+// at no cost: the global provider is not used. nil is rejected.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) {
+		if isNilProvider(tp) {
+			c.reject("WithTracerProvider", "nil", "must be a trace.TracerProvider")
+			return
+		}
+		c.tracerProvider = tp
 	}
 }
 

@@ -330,6 +330,9 @@ func (p *processor) call(j *runJob) (err error) {
 		return p.cfg.deadLetter(j.ctx, j.m, j.fail.lastErr)
 	}
 	p.s.cfg.probes.handOut(j.m)
+	if t := p.s.env.tracing(); t != nil {
+		return t.process(j.ctx, j.m, p.handle)
+	}
 	return p.handle(j.ctx, j.m)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // PublisherOption configures NewPublisher. Options are validated before any I/O; an invalid
@@ -16,12 +17,13 @@ import (
 type PublisherOption func(*publisherConfig)
 
 type publisherConfig struct {
-	retries       int
-	backoffMin    time.Duration
-	backoffMax    time.Duration
-	timeout       time.Duration
-	aggregate     bool
-	meterProvider metric.MeterProvider
+	retries        int
+	backoffMin     time.Duration
+	backoffMax     time.Duration
+	timeout        time.Duration
+	aggregate      bool
+	meterProvider  metric.MeterProvider
+	tracerProvider trace.TracerProvider // nil: no tracing (tracing.go)
 
 	errs []error // collected while applying options, reported by validate
 }
@@ -106,6 +108,23 @@ func WithPublishMeterProvider(mp metric.MeterProvider) PublisherOption {
 			return
 		}
 		c.meterProvider = mp
+	}
+}
+
+// WithPublishTracerProvider makes the publisher trace its calls with OpenTelemetry (see the
+// repository's docs/tracing.md): a producer span per Publish or PublishBatch call, whose W3C
+// trace context ("traceparent", and "tracestate" when there is one) is written into the header
+// envelope of every record of the call, so that a subscriber continues the trace. Records then
+// always carry the envelope, and 60 to 100 more bytes: readers other than kinesub and the Rust
+// crate see it in the data. The default is no tracing: records are written exactly as given,
+// and the global provider is not used. nil is rejected.
+func WithPublishTracerProvider(tp trace.TracerProvider) PublisherOption {
+	return func(c *publisherConfig) {
+		if isNilProvider(tp) {
+			c.errs = append(c.errs, optionError("WithPublishTracerProvider", "nil", "must be a trace.TracerProvider"))
+			return
+		}
+		c.tracerProvider = tp
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
 )
@@ -36,6 +37,7 @@ type Publisher struct {
 	metrics *publisherMetrics
 	resent  metric.Int64Counter // records sent again after their call's answer was lost
 	shards  *shardTracker
+	tracer  *tracer // nil unless WithPublishTracerProvider (tracing.go)
 }
 
 // Record is one record for PublishBatch. Headers may be nil.
@@ -90,7 +92,7 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 	}
 	client = meteredKinesis{k: client, r: m.req}
 	return &Publisher{client: client, stream: ref.name, ref: ref, cfg: cfg, metrics: m, resent: resent,
-		shards: newShardTracker(client, ref)}, nil
+		shards: newShardTracker(client, ref), tracer: newTracer(cfg.tracerProvider, ref.name)}, nil
 }
 
 // Publish writes one record with PutRecord and returns its sequence number. headers may be nil;
@@ -104,6 +106,11 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byte, headers map[string]string) (sequence string, err error) {
 	if ctx == nil {
 		return "", nilContext("Publish")
+	}
+	if p.tracer != nil {
+		var span trace.Span
+		ctx, span, headers = p.tracer.startPublish(ctx, headers)
+		defer func() { endPublish(span, sequence, err) }()
 	}
 	enc, hash, err := prepareRecord(partitionKey, "", data, headers)
 	if err != nil {
@@ -155,16 +162,22 @@ func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byt
 // pass (a missing stream, a denied permission) stops the batch, as cancelling ctx does, with
 // such an error wrapping the cause. A nil ctx is an error wrapping ErrInvalidOption, and
 // nothing is sent.
-func (p *Publisher) PublishBatch(ctx context.Context, records []Record) error {
+func (p *Publisher) PublishBatch(ctx context.Context, records []Record) (err error) {
 	if ctx == nil {
 		return nilContext("PublishBatch")
 	}
 	if len(records) == 0 {
 		return nil
 	}
+	var tc traceHeaders
+	if p.tracer != nil {
+		var span trace.Span
+		ctx, span, tc = p.tracer.startSend(ctx, len(records))
+		defer func() { endSpan(span, err) }()
+	}
 	recs := make([]pubRecord, len(records))
 	for i, r := range records {
-		enc, hash, err := prepareRecord(r.PartitionKey, r.ExplicitHashKey, r.Data, r.Headers)
+		enc, hash, err := prepareRecord(r.PartitionKey, r.ExplicitHashKey, r.Data, tc.add(r.Headers))
 		if err != nil {
 			return fmt.Errorf("%w: record %d: %w", ErrInvalidRecord, i, err)
 		}

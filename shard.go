@@ -23,6 +23,7 @@ type shardEnv struct {
 	ref     streamRef
 	hand    *handoff
 	metrics *metrics
+	tracer  *tracer      // nil unless WithTracerProvider (tracing.go)
 	log     *slog.Logger // the subscription's
 	// bgCtx ends at Close's deadline: it bounds every store call a shard makes on its own.
 	// runCtx ends when the subscription stops reading.

@@ -157,7 +157,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		hand: s.del.hand, metrics: m, bgCtx: s.bgCtx, runCtx: s.runCtx, done: s.done,
 		report: s.report, reportAll: s.reportAll, changed: s.changed, announce: s.announce, fence: s.del.fenceDispatch,
 		fail: s.fail, forget: s.coord.forget, source: s.sourceFor, log: s.log,
-		checkpoint: metered.checkpoint,
+		checkpoint: metered.checkpoint, tracer: newTracer(cfg.tracerProvider, ref.name),
 	}
 	s.del.hand.tenure = s.tenure
 	if err := s.join(ctx, false); err != nil {

@@ -32,6 +32,8 @@
 //     records/s with a 10ms handler against an unordered pool and a sequential loop;
 //   - dynamosink (dynamosink.go): time and client CPU per record of an effect written through
 //     dynamosink against a plain PutItem, on dynalite.
+//   - tracing left off (tracing.go): delivery and Process as shipped against the library built
+//     with the tag kinesub_notrace, which compiles tracing's hooks out.
 //
 // It needs the local servers that `make bench` starts (AWS_ENDPOINT_URL_KINESIS and
 // AWS_ENDPOINT_URL_DYNAMODB, checked to be on loopback, so it never touches real AWS). Run it
@@ -64,7 +66,7 @@ var (
 	inProcess   = flag.Bool("inprocess", true, "run the in-process go benchmarks")
 	endToEnd    = flag.Bool("e2e", true, "run the end-to-end passes on the local Kinesis server")
 	cpuProfile  = flag.String("cpuprofile", "", "write a CPU profile of the end-to-end kinesub passes to this file")
-	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet, dynamosink")
+	only        = flag.String("only", "", "run only these sections, comma-separated: inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet, dynamosink, tracing")
 	pollEvery   = 20 * time.Millisecond
 	passTimeout = 3 * time.Minute
 )
@@ -104,6 +106,7 @@ var sections = []section{
 	{"process", processFigs, processFigures},
 	{"fleet", fleetOn, fleetFigures},
 	{"dynamosink", sinkFigs, sinkFigures},
+	{"tracing", tracingFigs, tracingFigures},
 }
 
 func run() error {
@@ -117,7 +120,7 @@ func run() error {
 			delete(unknown, sec.name)
 		}
 		if len(unknown) > 0 {
-			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet, dynamosink", *only, slices.Sorted(maps.Keys(unknown)))
+			return fmt.Errorf("-only %q: unknown sections %v; they are inprocess, e2e, kinesistest, limits, latency, leasecost, leasewrites, startup, publish, process, fleet, dynamosink, tracing", *only, slices.Sorted(maps.Keys(unknown)))
 		}
 	}
 	// An endpoint that is set must be local; the sections that need one check it is set.

@@ -58,9 +58,11 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// A signal ends run cleanly (nil). run has closed what it opened when it returns.
 	if err := run(ctx, *stream, *table, *addr, *create); err != nil {
 		log.Fatal(err)
 	}
+	log.Print("stopped")
 }
 
 func run(ctx context.Context, stream, table, addr string, create int) error {
@@ -73,6 +75,9 @@ func run(ctx context.Context, stream, table, addr string, create int) error {
 	}
 	store := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), table)
 	if err := store.EnsureTable(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // a signal while starting: nothing to release
+		}
 		return err
 	}
 	opts := []kinesub.Option{kinesub.WithLeaseStore(store)}
@@ -81,6 +86,9 @@ func run(ctx context.Context, stream, table, addr string, create int) error {
 	}
 	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), stream, opts...)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // a signal while starting: Subscribe released what it took
+		}
 		return err
 	}
 
@@ -120,8 +128,11 @@ func run(ctx context.Context, stream, table, addr string, create int) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(sctx)
-	closeErr := sub.Close(sctx)
-	return errors.Join(sub.Err(), closeErr)
+	failed := sub.Err()
+	if errors.Is(failed, kinesub.ErrSubscriptionEnded) && ctx.Err() != nil {
+		failed = nil // the signal: the normal stop, with the leases released
+	}
+	return errors.Join(failed, sub.Close(sctx))
 }
 
 // checkLoopback refuses to serve the unauthenticated endpoint beyond this machine.

@@ -17,8 +17,10 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -37,19 +39,27 @@ const (
 )
 
 func main() {
-	if err := run(); err != nil {
+	// Ctrl-C (SIGINT) or SIGTERM stops the demo where it is, cleanly: its subscribers end
+	// (checkpoints written, leases released) before it exits 0.
+	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(sig)
+	stop()
+	switch {
+	case sig.Err() != nil:
+		fmt.Println("demo interrupted; its subscribers closed")
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(sig context.Context) error {
 	for _, v := range []string{"AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_DYNAMODB"} {
 		if err := checkLoopback(os.Getenv(v)); err != nil {
 			return fmt.Errorf("%s: %v; run the demo with `make demo`, which starts local servers and sets it", v, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(sig, deadline)
 	defer cancel()
 	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(envOr("AWS_REGION", "us-east-1")))
 	if err != nil {
@@ -80,6 +90,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	defer closeSub(sub) // on an early return; Close returns the same result when called again
 	fmt.Printf("stream %s created with 2 shards; subscriber demo-a reading from the horizon\n", stream)
 	pub, err := kinesub.NewPublisher(kc, stream)
 	if err != nil {
@@ -126,7 +137,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer sub2.Close(context.Background())
+	defer closeSub(sub2)
 	fmt.Printf("demo-b resumes after the checkpoints and gets the other %d:\n", records-acked)
 	for i := 0; i < records-acked; i++ {
 		m, err := next(ctx, sub2)
@@ -170,6 +181,13 @@ func run() error {
 	return nil
 }
 
+// closeSub closes sub, waiting up to 10s for its checkpoints and lease releases.
+func closeSub(sub *kinesub.Subscriber) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = sub.Close(ctx)
+}
+
 // next waits for one message.
 func next(ctx context.Context, sub *kinesub.Subscriber) (*kinesub.Message, error) {
 	select {
@@ -189,10 +207,10 @@ func printLeases(ctx context.Context, store lease.Store, stream string) error {
 		return err
 	}
 	for _, l := range ls {
-		// The stream's shard leases only: skip other streams' rows and the stream's bookkeeping
-		// rows (<stream>/~owner/<name> heartbeats, <stream>/~table/changes).
+		// The stream's shard leases only, <stream>/<shard id>: skip other streams' rows and the
+		// stream's bookkeeping rows (heartbeats, the change row, the lease protocol's marker).
 		shard, ok := strings.CutPrefix(l.Key, stream+"/")
-		if !ok || strings.HasPrefix(shard, "~") {
+		if !ok || !strings.HasPrefix(shard, "shardId-") {
 			continue
 		}
 		owner := l.Owner

@@ -14,9 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -41,7 +43,11 @@ func main() {
 }
 
 func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Ctrl-C (SIGINT) or SIGTERM stops it early, cleanly: Process returns nil, Close releases
+	// the leases, and it exits 0.
+	sig, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(sig, time.Minute)
 	defer cancel()
 	srv := kinesistest.NewServer()
 	defer srv.Close()
@@ -50,17 +56,22 @@ func run() error {
 		return err
 	}
 	if err := publish(ctx, client); err != nil {
+		if sig.Err() != nil {
+			fmt.Println("interrupted before the updates were published")
+			return nil
+		}
 		return err
 	}
 
+	leases := lease.NewMemory() // one process; use lease.NewDynamoDB for several
 	sub, err := kinesub.Subscribe(ctx, client, stream,
-		kinesub.WithLeaseStore(lease.NewMemory()), // one process; use lease.NewDynamoDB for several
+		kinesub.WithLeaseStore(leases),
 		kinesub.WithStartAt(kinesub.Horizon()),
 		kinesub.WithPollInterval(50*time.Millisecond))
 	if err != nil {
 		return err
 	}
-	defer sub.Close(context.Background())
+	defer closeSub(sub)
 	go func() {
 		for err := range sub.Errors() { // each failed attempt, as a *kinesub.ShardError
 			var se *kinesub.ShardError
@@ -98,9 +109,38 @@ func run() error {
 	if !errors.Is(err, allHandled) {
 		return err // ctx ended, or the subscription did: Process says why
 	}
+	if sig.Err() != nil {
+		if err := closeSub(sub); err != nil {
+			return err
+		}
+		held, err := heldLeases(leases)
+		fmt.Printf("interrupted after %d of %d updates, checkpoints written; leases still held: %d\n", l.done(), updates, held)
+		return err
+	}
 	took := time.Since(start)
 	fmt.Printf("handled %d updates of %d accounts in %v (one at a time: at least %v); per account in order: %v\n",
 		updates, accounts, took.Round(time.Millisecond), time.Duration(updates)*10*time.Millisecond, l.inOrder)
+	return closeSub(sub)
+}
+
+// heldLeases counts the stream's shard leases that have an owner.
+func heldLeases(store lease.Store) (int, error) {
+	ls, err := store.List(context.Background())
+	held := 0
+	for _, l := range ls {
+		// <stream>/<shard id>: not the stream's bookkeeping rows (heartbeats, the marker row)
+		if shard, ok := strings.CutPrefix(l.Key, stream+"/"); ok && strings.HasPrefix(shard, "shardId-") && l.Owner != "" {
+			held++
+		}
+	}
+	return held, err
+}
+
+// closeSub closes sub, waiting up to 10s for its checkpoints and lease releases; a second call
+// does nothing.
+func closeSub(sub *kinesub.Subscriber) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	return sub.Close(ctx)
 }
 

@@ -11,7 +11,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"log"
 	"log/slog"
 	"net/http"
@@ -36,37 +38,50 @@ func main() {
 	table := flag.String("table", "orders-leases", "DynamoDB lease table (created if missing)")
 	metricsAddr := flag.String("metrics", ":9464", "address to serve Prometheus metrics on (/metrics)")
 	flag.Parse()
+	// Errors end run, whose deferred calls (Close, the metrics' shutdown) run before the exit.
+	if err := run(*stream, *table, *metricsAddr); err != nil {
+		log.Print(err)
+		os.Exit(1)
+	}
+}
 
+// run consumes until SIGINT or SIGTERM (nil: the normal stop) or a fatal error.
+func run(stream, table, metricsAddr string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	leases := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), *table)
+	leases := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), table)
 	if err := leases.EnsureTable(ctx); err != nil {
-		log.Fatal(err)
+		if ctx.Err() != nil {
+			return nil // a signal while starting: nothing to release
+		}
+		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	meters, err := serveMetrics(*metricsAddr, logger)
+	meters, err := serveMetrics(metricsAddr, logger)
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
 	defer meters.Shutdown(context.Background())
-	sub, err := kinesub.Subscribe(context.Background(), kinesis.NewFromConfig(cfg), *stream,
+	sub, err := kinesub.Subscribe(context.Background(), kinesis.NewFromConfig(cfg), stream,
 		kinesub.WithLeaseStore(leases), kinesub.WithLogger(logger), kinesub.WithMeterProvider(meters))
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
+	// A signal closes the subscription: checkpoints written, leases released, then Messages
+	// closed, which ends the loop below. So does a fatal error, after which run stops ctx
+	// itself: either way run waits for Close.
+	closed := make(chan error, 1)
 	go func() {
 		<-ctx.Done()
 		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := sub.Close(closeCtx); err != nil {
-			logger.Error("close", "err", err)
-		}
+		closed <- sub.Close(closeCtx)
 	}()
-	go func() {
+	go func() { // ends when Close closes Errors
 		for err := range sub.Errors() {
 			logger.Warn("kinesub", "err", err)
 		}
@@ -77,9 +92,15 @@ func main() {
 			logger.Error("ack", "err", err)
 		}
 	}
-	if err := sub.Err(); err != nil {
-		log.Fatal(err)
+	failed := sub.Err() // nil when Close ended the subscription
+	stop()
+	if err := <-closed; err != nil {
+		return errors.Join(failed, fmt.Errorf("close: %w", err))
 	}
+	if failed == nil {
+		logger.Info("stopped: checkpoints written, leases released")
+	}
+	return failed
 }
 
 func handle(msg *kinesub.Message) {
