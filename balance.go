@@ -36,6 +36,7 @@ type balanceIn struct {
 	beats    map[string]lease.Lease // heartbeat rows by owner
 	local    map[string]shardState  // the states of the shards held here, by shard id
 	taken    map[string]bool        // shards this subscriber took after the table was read
+	load     *loadIn                // the loads (balance_load.go); nil: balance by count
 }
 
 // chooser is a source of randomness: math/rand/v2's top-level functions, or a seeded one.
@@ -105,16 +106,29 @@ func (in *balanceIn) counted(id string) bool {
 func planTake(in *balanceIn, r chooser) []string {
 	owners, mine := in.counts()
 	n, k := len(in.readable), in.sharers(owners)
-	fair := (n + k - 1) / k
+	room := (n+k-1)/k - mine
+	loads, mean, byLoad := in.byLoad(owners)
+	if byLoad {
+		room = 0
+		if in.mayTakeByLoad(loads, mean) {
+			free := 0
+			for _, id := range in.readable {
+				if !in.leases[id].Held(in.now) {
+					free++
+				}
+			}
+			room = max(1, (free+k-1)/k) // more when many are free: a closing owner's shards
+		}
+	}
 	order := append([]string(nil), in.readable...)
 	shuffle(r, order)
 	var want []string
 	for _, id := range order {
-		if len(want) >= fair-mine {
+		if len(want) >= room {
 			break
 		}
 		l := in.leases[id]
-		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner {
+		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner || byLoad && in.load.moved[id] {
 			continue
 		}
 		want = append(want, id)
@@ -145,7 +159,11 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 	}
 	n, k := len(in.readable), in.sharers(owners)
 	floor, ceil := n/k, (n+k-1)/k
-	if (balance || joined) && k > 1 && mine > ceil {
+	loads, mean, byLoad := in.byLoad(owners)
+	switch {
+	case byLoad && balance:
+		p.handBack = in.planLoad(loads, mean)
+	case !byLoad && (balance || joined) && k > 1 && mine > ceil:
 		p.handBack = in.excess(mine-ceil, r)
 	}
 	if !balance {
@@ -164,7 +182,7 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 		}
 	}
 	switch {
-	case victim == "":
+	case victim == "", byLoad && !lapsed:
 		return p
 	case mine < floor && (lapsed || most > floor):
 	case mine == floor && floor < ceil && (lapsed || most >= floor+2):

@@ -93,6 +93,7 @@ func (r *reader) loop() bool {
 				size += len(pg.records[i].Data)
 			}
 			r.recordSize = max(size/n, 1)
+			w.load.add(n, size)
 		}
 		if !r.deliver(pg.records) {
 			continue
