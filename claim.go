@@ -74,7 +74,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		planned[id] = l
 	}
 	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, beats: c.liveness(v, me),
-		local: s.table.states(v.readable)}
+		local: s.table.states(v.readable), load: s.env.loads.view(c.peers.seen)}
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
 	var mu sync.Mutex
 	taken := map[string]bool{}
