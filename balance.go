@@ -117,7 +117,10 @@ func planTake(in *balanceIn, r chooser) []string {
 					free++
 				}
 			}
-			room = max(1, (free+k-1)/k) // more when many are free: a closing owner's shards
+			room = 1
+			if free > 2*k { // many free: a closing owner's shards
+				room = (free + k - 1) / k
+			}
 		}
 	}
 	order := append([]string(nil), in.readable...)
@@ -134,6 +137,26 @@ func planTake(in *balanceIn, r chooser) []string {
 		want = append(want, id)
 	}
 	return want
+}
+
+// hungry reports whether the round, which wanted want leases and took taken of them, left
+// this subscriber wanting more: a take failed, it is below its share by count, or, balancing by
+// load, free leases remain (it takes one a round, and may be the least loaded next).
+func (in *balanceIn) hungry(want, taken int) bool {
+	owners, mine := in.counts()
+	if taken < want || mine < len(in.readable)/in.sharers(owners) {
+		return true
+	}
+	if _, _, ok := in.byLoad(owners); !ok {
+		return false
+	}
+	free := 0
+	for _, id := range in.readable {
+		if !in.leases[id].Held(in.now) && !in.taken[id] {
+			free++
+		}
+	}
+	return free > 0
 }
 
 // balancePlan is one round's hand-backs and steal.

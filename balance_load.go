@@ -11,14 +11,15 @@ import "math"
 //     bring it to the mean without taking the least loaded owner above the mean, until it is
 //     within the slack. A shard that moved lately (taken here, or handed back from here, within
 //     movedRounds balance rounds) stays where it is: loads take that long to show a move.
-//   - Take: an owner at or below the mean, or the least loaded, takes a free lease, one a round
-//     so that its load shows what it took before it takes more; never one it handed back lately.
+//   - Take: the least loaded owner, or one below (1-loadSlack) × the mean, takes free leases,
+//     one a round (more when many are free) so that its load shows what it took before it takes
+//     more; never one it handed back lately.
 //   - Steal: only from an owner whose heartbeat lapsed, as when balancing by count. Shards move
 //     between live owners by hand-back only.
 // Counts are not balanced meanwhile: a hot shard's owner holds fewer shards than the others.
 
 // loadSlack: an owner hands back for load only above (1+loadSlack) × the mean.
-const loadSlack = 0.1
+const loadSlack = 0.15
 
 // maxLoadMoves is the most shards an owner hands back for load in one round.
 const maxLoadMoves = 4
@@ -28,6 +29,9 @@ type loadIn struct {
 	owners map[string]float64 // bytes a second each owner noted on its heartbeat row
 	mine   map[string]float64 // bytes a second of each shard held here
 	moved  map[string]bool    // shards that moved lately: taken here, or handed back from here
+	// settling: a shard taken here lately has not been measured yet (no record fetched), so
+	// this subscriber's load may not show it.
+	settling bool
 }
 
 // byLoad returns the loads of this subscriber (measured now: its shards but those it is
@@ -66,10 +70,16 @@ func (in *balanceIn) byLoad(owners map[string]int) (loads map[string]float64, me
 }
 
 // mayTakeByLoad reports whether this subscriber takes a free lease in a round balanced by
-// load: it is at or below the mean, or the least loaded.
+// load: it is the least loaded owner, or well below the mean, and every shard it took lately
+// was measured. Were every owner at or below
+// the mean to take, a shard handed back would go to whichever asked first, and measurements
+// that differ by a few percent would move shards back and forth.
 func (in *balanceIn) mayTakeByLoad(loads map[string]float64, mean float64) bool {
+	if in.load.settling {
+		return false
+	}
 	me := loads[in.owner]
-	if me <= mean {
+	if me <= mean*(1-loadSlack) {
 		return true
 	}
 	for o, l := range loads {

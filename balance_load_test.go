@@ -12,9 +12,10 @@ import (
 // index) and the shards that moved lately.
 type loadCase struct {
 	planCase
-	owners map[string]float64
-	mine   map[int]float64
-	moved  []int
+	owners   map[string]float64
+	mine     map[int]float64
+	moved    []int
+	settling bool
 	// want: the shards handed back, in order; take: how many leases planTake returns (drawn
 	// from takeOf); steal: the owner stolen from, "" for none.
 	want []int
@@ -25,7 +26,7 @@ func (c loadCase) input(t *testing.T) *balanceIn {
 	if c.owners == nil {
 		return in
 	}
-	in.load = &loadIn{owners: c.owners, mine: map[string]float64{}, moved: map[string]bool{}}
+	in.load = &loadIn{owners: c.owners, mine: map[string]float64{}, moved: map[string]bool{}, settling: c.settling}
 	for i, l := range c.mine {
 		in.load.mine[fmt.Sprintf("s%02d", i)] = l
 	}
@@ -80,14 +81,23 @@ func TestPlanBalanceByLoad(t *testing.T) {
 		{planCase: planCase{name: "by load, take: above the mean, it takes nothing",
 			table: "me me a - -", beats: "me a", local: "RR...", was: "="},
 			owners: map[string]float64{"a": 2}, mine: map[int]float64{0: 5, 1: 5}},
-		{planCase: planCase{name: "by load, take: at or below the mean, one a round",
+		{planCase: planCase{name: "by load, take: the least loaded, one a round",
 			table: "me a a - -", beats: "me a", local: "R....", was: "=", take: 1, takeOf: "3 4"},
 			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}},
+		{planCase: planCase{name: "by load, take: below the mean, not the least, not well below: nothing",
+			table: "me a b - -", beats: "me a b", local: "R....", was: "="},
+			owners: map[string]float64{"a": 14, "b": 9}, mine: map[int]float64{0: 10}},
+		{planCase: planCase{name: "by load, take: well below the mean",
+			table: "me a b - -", beats: "me a b", local: "R....", was: "=", take: 1, takeOf: "3 4"},
+			owners: map[string]float64{"a": 20, "b": 8}, mine: map[int]float64{0: 10}},
 		{planCase: planCase{name: "by load, take: never one it handed back lately",
 			table: "me a a - -", beats: "me a", local: "R....", was: "=", take: 1, takeOf: "4"},
 			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}, moved: []int{3}},
+		{planCase: planCase{name: "by load, take: not while a shard it took is not measured yet",
+			table: "me a a - -", beats: "me a", local: "R....", was: "="},
+			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}, settling: true},
 		{planCase: planCase{name: "by load, take: more when many are free",
-			table: "me a - - - - - -", beats: "me a", local: "R.......", was: "=", take: 3, takeOf: "2 3 4 5 6 7"},
+			table: "me a - - - - - - - -", beats: "me a", local: "R.........", was: "=", take: 4, takeOf: "2 3 4 5 6 7 8 9"},
 			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}},
 	}
 	for _, c := range cases {

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
 // Load is what a subscriber's readers fetch, in bytes and records a second. Every reader
@@ -15,16 +16,18 @@ import (
 // store is a lease.NoteStealer), so that its peers know it at no extra write. Balancing uses
 // the notes to move shards from the most to the least loaded owners (balance.go, planLoad).
 //
-// A rate is measured over the last one to two windows of loadWindow: long enough that the
-// batches of a poll interval average out, short enough that a moved shard's load shows in its
-// new owner's note within a balance round.
+// A rate is what arrived over the last window (the longer of TTL/3 and the balance
+// interval), by the records' arrival times: long enough that the batches of a poll interval
+// average out, short enough that a moved shard's load shows in its new owner's note before the
+// next balance round.
 
 // loadNote is the note format: "load/1 <bytes/s> <records/s>".
 const loadNote = "load/1 %d %d"
 
-// movedRounds is how many balance rounds a shard that moved stays where it is: one taken here
-// is not handed back for load, and one handed back from here is not taken again here. Loads
-// take that long to show the move in every note.
+// movedRounds is how many balance rounds a shard that moved for load stays where it is: one
+// taken here in a round balanced by load is not handed back for load, and one handed back from
+// here is not taken again here. Loads take that long to show the move in every note. Shards
+// taken while balancing by count (at start, when an owner joins) may move for load at once.
 const movedRounds = 2
 
 // shardLoad is one shard's measured load.
@@ -32,78 +35,126 @@ type shardLoad struct {
 	bytes, records float64 // per second
 }
 
-// loadMark is a meter's totals at an instant.
-type loadMark struct {
-	at             time.Time
+// meterSlots is how many slots of arrival time a meter keeps: a window is a quarter of them.
+const meterSlots = 8
+
+// meterSlot is what arrived in one slot of arrival time (window/4 long).
+type meterSlot struct {
+	slot           int64 // arrival time / slot width
 	bytes, records int64
 }
 
-// shardMeter counts what one holding of a shard fetched. add is called by its reader; rate
-// by anyone. It is safe for concurrent use.
+// shardMeter counts what one holding of a shard fetched, by the records' arrival times (the
+// ApproximateArrivalTimestamp Kinesis stamps on each): so the backlog a new holder catches up
+// on counts when it arrived, not as a burst of traffic. add is called by its reader; rate by
+// anyone. It is safe for concurrent use.
 type shardMeter struct {
-	bytes, records atomic.Int64
-	taken          time.Time // when the holding began
-
-	mu    sync.Mutex
-	marks [2]loadMark // the windows' starts: the rate runs from marks[0]
+	taken  time.Time // when the holding began
+	forLd  bool      // taken in a round balanced by load
+	width  int64     // a slot's length in nanoseconds: window/4
+	mu     sync.Mutex
+	slots  [meterSlots]meterSlot
+	oldest int64 // the arrival of the first record counted (nanoseconds), 0: none yet
 }
 
-func newShardMeter(now time.Time) *shardMeter {
-	m := &shardMeter{taken: now}
-	m.marks[0].at, m.marks[1].at = now, now
-	return m
+func newShardMeter(now time.Time, window time.Duration) *shardMeter {
+	return &shardMeter{taken: now, width: max(int64(window/4), 1)}
 }
 
-// add counts a page of records of size bytes.
-func (m *shardMeter) add(records, size int) {
-	if m == nil {
+// add counts a page of records.
+func (m *shardMeter) add(records []types.Record) {
+	if m == nil || len(records) == 0 {
 		return
 	}
-	m.bytes.Add(int64(size))
-	m.records.Add(int64(records))
-}
-
-// rate returns the load over the last one to two windows (since the holding began, when it
-// is younger).
-func (m *shardMeter) rate(now time.Time, window time.Duration) shardLoad {
-	b, r := m.bytes.Load(), m.records.Load()
+	now := time.Now().UnixNano()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if now.Sub(m.marks[1].at) >= window {
-		m.marks[0], m.marks[1] = m.marks[1], loadMark{at: now, bytes: b, records: r}
+	for i := range records {
+		at := now
+		if t := records[i].ApproximateArrivalTimestamp; t != nil {
+			at = min(t.UnixNano(), now) // a clock ahead of this host's counts as now
+		}
+		if m.oldest == 0 || at < m.oldest {
+			m.oldest = at
+		}
+		slot := at / m.width
+		sl := &m.slots[slot%meterSlots]
+		if sl.slot != slot {
+			if sl.slot > slot {
+				continue // older than the slots kept
+			}
+			*sl = meterSlot{slot: slot}
+		}
+		sl.bytes += int64(len(records[i].Data))
+		sl.records++
 	}
-	from := m.marks[0]
-	d := now.Sub(from.at).Seconds()
-	if d <= 0 {
+}
+
+// rate returns what arrived over the last window: the four slots before the current one,
+// whose records have been fetched by now unless the reader lags (the current one's may not
+// be), or since the first record counted when that is later (a holding younger than the
+// window would otherwise count its shard at a fraction of its traffic). A holding whose first
+// record arrived in the current slot counts that slot.
+func (m *shardMeter) rate(now time.Time) shardLoad {
+	n := now.UnixNano()
+	cur := n / m.width
+	first, end := cur-4, cur*m.width
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.oldest == 0 {
 		return shardLoad{}
 	}
-	return shardLoad{bytes: float64(b-from.bytes) / d, records: float64(r-from.records) / d}
+	if m.oldest >= end { // young: only the current slot
+		first, end = cur, n
+	}
+	var l shardLoad
+	for _, sl := range m.slots {
+		if sl.slot >= first && sl.slot < cur || sl.slot == cur && first == cur {
+			l.bytes += float64(sl.bytes)
+			l.records += float64(sl.records)
+		}
+	}
+	d := time.Duration(end - max(first*m.width, m.oldest)).Seconds()
+	d = max(d, float64(time.Millisecond)/float64(time.Second))
+	l.bytes /= d
+	l.records /= d
+	return l
+}
+
+// unmeasured reports whether the holding is younger than window and has counted no record
+// yet: its shard's load is not known.
+func (m *shardMeter) unmeasured(now time.Time, window time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.oldest == 0 && now.Sub(m.taken) < window
 }
 
 // loadBook is a subscriber's record of its shards' loads and of the shards that moved lately.
 // It is safe for concurrent use.
 type loadBook struct {
-	window time.Duration // loadWindow
+	window time.Duration // what rates are measured over
 	recent time.Duration // how long a moved shard stays put: movedRounds balance rounds
 
 	mu     sync.Mutex
+	byLoad bool                   // the last claim round likely balanced by load: every note a load, some not zero
 	meters map[string]*shardMeter // the holdings of the shards held here, by shard id
 	back   map[string]time.Time   // shards handed back from here → when
 }
 
 func newLoadBook(ttl, balance time.Duration) *loadBook {
-	return &loadBook{window: max(ttl/3, 100*time.Millisecond), recent: movedRounds * balance,
+	return &loadBook{window: max(ttl/3, balance, 100*time.Millisecond), recent: movedRounds * balance,
 		meters: map[string]*shardMeter{}, back: map[string]time.Time{}}
 }
 
 // took starts the meter of a new holding of shard id.
 func (b *loadBook) took(id string) *shardMeter {
-	m := newShardMeter(time.Now())
 	if b == nil {
-		return m
+		return nil
 	}
+	m := newShardMeter(time.Now(), b.window)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	m.forLd = b.byLoad
 	b.meters[id] = m
 	return m
 }
@@ -130,7 +181,7 @@ func (b *loadBook) total() shardLoad {
 	defer b.mu.Unlock()
 	var t shardLoad
 	for _, m := range b.meters {
-		l := m.rate(now, b.window)
+		l := m.rate(now)
 		t.bytes += l.bytes
 		t.records += l.records
 	}
@@ -160,17 +211,25 @@ func (b *loadBook) view(seen map[string]*beatSeen) *loadIn {
 		return nil
 	}
 	in := &loadIn{owners: map[string]float64{}, mine: map[string]float64{}, moved: map[string]bool{}}
+	known, some := true, false
 	for owner, s := range seen {
 		if l, ok := parseLoad(s.row.Note); ok {
 			in.owners[owner] = l.bytes
+			some = some || l.bytes > 0
+		} else if s.row.Owner != "" {
+			known = false
 		}
 	}
 	now := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.byLoad = known && some
 	for id, m := range b.meters {
-		in.mine[id] = m.rate(now, b.window).bytes
-		if now.Sub(m.taken) < b.recent {
+		in.mine[id] = m.rate(now).bytes
+		if m.unmeasured(now, b.window) {
+			in.settling = true
+		}
+		if m.forLd && now.Sub(m.taken) < b.recent {
 			in.moved[id] = true
 		}
 	}

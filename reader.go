@@ -93,8 +93,8 @@ func (r *reader) loop() bool {
 				size += len(pg.records[i].Data)
 			}
 			r.recordSize = max(size/n, 1)
-			w.load.add(n, size)
 		}
+		w.load.add(pg.records)
 		if !r.deliver(pg.records) {
 			continue
 		}
