@@ -99,8 +99,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	p := planBalance(in, c.live, balance, s.cfg.probes.chooser())
 	// Below its share, it reads every tick: leases to take may free up without a change-row
 	// bump (a peer that does not bump, or an owner that stopped).
-	owners, mine := in.counts()
-	v.hungry = len(taken) < len(want) || mine < len(in.readable)/in.sharers(owners)
+	v.hungry = in.hungry(len(want), len(taken))
 	c.live = p.live
 	c.handBack(p.handBack)
 	if p.steal != "" && c.take(ctx, p.steal, takeHow{steal: true, counter: p.counter, pending: true}) {
