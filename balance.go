@@ -10,6 +10,8 @@ import (
 // Balancing decides, from one read of the lease table, which leases this subscriber takes,
 // hands back and steals. The decisions here are pure: no I/O, no clock, no goroutines, and
 // randomness comes from the caller. claim carries them out.
+// When every owner has noted its load, the rounds balance by load instead (balance_load.go);
+// what follows is balancing by count.
 //
 // The fair share is counted over the n readable shards (not finished, parents done) and the k
 // live owners: those whose heartbeat row is unexpired, those holding an unexpired lease of a
