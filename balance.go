@@ -10,6 +10,8 @@ import (
 // Balancing decides, from one read of the lease table, which leases this subscriber takes,
 // hands back and steals. The decisions here are pure: no I/O, no clock, no goroutines, and
 // randomness comes from the caller. claim carries them out.
+// When every owner has noted its load, the rounds balance by load instead (balance_load.go);
+// what follows is balancing by count.
 //
 // The fair share is counted over the n readable shards (not finished, parents done) and the k
 // live owners: those whose heartbeat row is unexpired, those holding an unexpired lease of a
@@ -36,6 +38,7 @@ type balanceIn struct {
 	beats    map[string]lease.Lease // heartbeat rows by owner
 	local    map[string]shardState  // the states of the shards held here, by shard id
 	taken    map[string]bool        // shards this subscriber took after the table was read
+	load     *loadIn                // the loads (balance_load.go); nil: balance by count
 }
 
 // chooser is a source of randomness: math/rand/v2's top-level functions, or a seeded one.
@@ -105,21 +108,57 @@ func (in *balanceIn) counted(id string) bool {
 func planTake(in *balanceIn, r chooser) []string {
 	owners, mine := in.counts()
 	n, k := len(in.readable), in.sharers(owners)
-	fair := (n + k - 1) / k
+	room := (n+k-1)/k - mine
+	loads, mean, byLoad := in.byLoad(owners)
+	if byLoad {
+		room = 0
+		if in.mayTakeByLoad(loads, mean) {
+			free := 0
+			for _, id := range in.readable {
+				if !in.leases[id].Held(in.now) {
+					free++
+				}
+			}
+			room = 1
+			if free > 2*k { // many free: a closing owner's shards
+				room = (free + k - 1) / k
+			}
+		}
+	}
 	order := append([]string(nil), in.readable...)
 	shuffle(r, order)
 	var want []string
 	for _, id := range order {
-		if len(want) >= fair-mine {
+		if len(want) >= room {
 			break
 		}
 		l := in.leases[id]
-		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner {
+		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner || byLoad && in.load.moved[id] {
 			continue
 		}
 		want = append(want, id)
 	}
 	return want
+}
+
+// hungry reports whether the round, which wanted want leases and took taken of them, left
+// this subscriber wanting more: a take failed, it is below its share by count, or, balancing by
+// load, free leases remain (it takes one a round, and may be the least loaded next).
+func (in *balanceIn) hungry(want, taken int) bool {
+	owners, mine := in.counts()
+	if taken < want || mine < len(in.readable)/in.sharers(owners) {
+		return true
+	}
+	if _, _, ok := in.byLoad(owners); !ok {
+		return false
+	}
+	free := 0
+	for _, id := range in.readable {
+		if !in.leases[id].Held(in.now) && !in.taken[id] {
+			free++
+		}
+	}
+	return free > 0
 }
 
 // balancePlan is one round's hand-backs and steal.
@@ -145,7 +184,11 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 	}
 	n, k := len(in.readable), in.sharers(owners)
 	floor, ceil := n/k, (n+k-1)/k
-	if (balance || joined) && k > 1 && mine > ceil {
+	loads, mean, byLoad := in.byLoad(owners)
+	switch {
+	case byLoad && balance:
+		p.handBack = in.planLoad(loads, mean)
+	case !byLoad && (balance || joined) && k > 1 && mine > ceil:
 		p.handBack = in.excess(mine-ceil, r)
 	}
 	if !balance {
@@ -164,7 +207,7 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 		}
 	}
 	switch {
-	case victim == "":
+	case victim == "", byLoad && !lapsed:
 		return p
 	case mine < floor && (lapsed || most > floor):
 	case mine == floor && floor < ceil && (lapsed || most >= floor+2):

@@ -74,7 +74,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		planned[id] = l
 	}
 	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, beats: c.liveness(v, me),
-		local: s.table.states(v.readable)}
+		local: s.table.states(v.readable), load: s.env.loads.view(c.peers.seen)}
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
 	var mu sync.Mutex
 	taken := map[string]bool{}
@@ -99,8 +99,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	p := planBalance(in, c.live, balance, s.cfg.probes.chooser())
 	// Below its share, it reads every tick: leases to take may free up without a change-row
 	// bump (a peer that does not bump, or an owner that stopped).
-	owners, mine := in.counts()
-	v.hungry = len(taken) < len(want) || mine < len(in.readable)/in.sharers(owners)
+	v.hungry = in.hungry(len(want), len(taken))
 	c.live = p.live
 	c.handBack(p.handBack)
 	if p.steal != "" && c.take(ctx, p.steal, takeHow{steal: true, counter: p.counter, pending: true}) {

@@ -112,6 +112,20 @@ func (c meteredStore) Steal(ctx context.Context, key, owner string, counter int6
 	return ok, err
 }
 
+// stealNote is Steal that also writes note on the lease when the store keeps notes
+// (lease.NoteStealer), and a plain Steal otherwise. Counted as lease.Steal either way.
+func (c meteredStore) stealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	ns, ok := c.s.(lease.NoteStealer)
+	if !ok {
+		return c.Steal(ctx, key, owner, counter, ttl)
+	}
+	ctx = c.m.leaseCapacity(ctx, "lease.Steal")
+	start := time.Now()
+	ok, err := ns.StealNote(ctx, key, owner, counter, ttl, note)
+	c.m.req.record(ctx, "lease.Steal", start, err)
+	return ok, err
+}
+
 func (c meteredStore) Renew(ctx context.Context, key string, t lease.Tenure, ttl time.Duration) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Renew")
 	start := time.Now()

@@ -94,6 +94,7 @@ func (r *reader) loop() bool {
 			}
 			r.recordSize = max(size/n, 1)
 		}
+		w.load.add(pg.records)
 		if !r.deliver(pg.records) {
 			continue
 		}

@@ -39,6 +39,7 @@ type shardEnv struct {
 	// checkpoint writes a checkpoint, numbered within its holding when the store keeps them in
 	// order (meteredStore.checkpoint).
 	checkpoint func(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error)
+	loads      *loadBook       // what the shards held here fetch (load.go)
 	forget     func(w *worker) // the shard's life is over (coordinator.go)
 	source     func(w *worker) shardSource
 }
@@ -55,6 +56,7 @@ type worker struct {
 	tenure atomic.Pointer[lease.Tenure] // the holding its writes to the lease are conditional on: tenureOf
 	log    *slog.Logger
 	stats  *shardStats
+	load   *shardMeter // what this holding fetches (load.go)
 
 	// Lifecycle: state and gate change only in lifecycle.go.
 	lifeMu     sync.Mutex
@@ -123,6 +125,7 @@ func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
 		key:         l.Key,
 		log:         env.loggerFor(id),
 		stats:       env.metrics.shard(id),
+		load:        env.loads.took(id),
 		work:        newWork(0),
 		lost:        make(chan struct{}),
 		readerDone:  make(chan struct{}),
@@ -150,6 +153,7 @@ func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
 // stops. The coordinator starts it and waits for it; it waits for the goroutines it starts.
 func (w *worker) life() {
 	defer w.env.forget(w)
+	defer func() { w.env.loads.ended(w.id, w.load, w.endedBy(causeHandBack)) }()
 	read := w.awaitStart()
 	// The flusher starts once the holding is settled (a pending lease binds in awaitStart):
 	// nothing is fetched, so nothing is written, before.

@@ -42,6 +42,9 @@ type Subscriber struct {
 	tenure *tenure      // the heartbeat row and the readers' deadline (tenure.go)
 	del    *delivery    // readers → consumer: the hand-off and the Messages dispatcher (dispatch.go)
 	errs   *reporter    // Errors
+	// stealNote renews the heartbeat row, noting the load on it where the store keeps notes
+	// (load.go).
+	stealNote func(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error)
 
 	runCtx  context.Context // ends when the subscription stops reading
 	stopRun context.CancelFunc
@@ -158,7 +161,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		report: s.report, reportAll: s.reportAll, changed: s.changed, announce: s.announce, fence: s.del.fenceDispatch,
 		fail: s.fail, forget: s.coord.forget, source: s.sourceFor, log: s.log,
 		checkpoint: metered.checkpoint, tracer: newTracer(cfg.tracerProvider, ref.name),
+		loads: newLoadBook(s.cfg.leaseTTL, s.cfg.balanceInterval),
 	}
+	s.stealNote = metered.stealNote
 	s.del.hand.tenure = s.tenure
 	if err := s.join(ctx, false); err != nil {
 		s.stopRun()

@@ -317,7 +317,7 @@ func (s *Subscriber) renewHeartbeat(ctx context.Context) {
 	t.attempt(sent)
 	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, t.ttl/3))
 	defer cancel()
-	ok, err := s.cfg.store.Steal(cctx, key, name, row.Counter, t.ttl)
+	ok, err := s.stealHeartbeat(cctx, key, name, row.Counter, t.ttl)
 	if err == nil && ok {
 		t.renewed(lease.Tenure{Owner: name, Counter: row.Counter + 1})
 		return

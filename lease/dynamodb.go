@@ -23,6 +23,7 @@ const (
 	attrSubSeq     = "checkpoint_subsequence" // N, absent in items written before it existed: 0
 	attrStream     = "lease_stream"           // S, the key before its first '/': the index's partition key (dynamodb_list.go)
 	attrOrder      = "checkpoint_order"       // N, the order of the last CheckpointOrdered write; absent after a Checkpoint
+	attrNote       = "lease_note"             // S, the last StealNote's note; absent until one
 )
 
 // Every expression goes through these placeholders, so no attribute name can collide with a
@@ -35,6 +36,7 @@ var attrNames = map[string]string{
 	"#sub":     attrSubSeq,
 	"#stream":  attrStream,
 	"#ord":     attrOrder,
+	"#note":    attrNote,
 }
 
 // dynamoAPI is the subset of *dynamodb.Client the store calls; the signatures are the SDK's,
@@ -57,6 +59,7 @@ var (
 	_ PrefixLister = (*Memory)(nil)
 
 	_ OrderedCheckpointer = (*DynamoDB)(nil)
+	_ NoteStealer         = (*DynamoDB)(nil)
 )
 
 // DynamoDB is a Store kept in a DynamoDB table, one item per lease, for several processes
@@ -150,6 +153,20 @@ func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, 
 	}
 	values := map[string]types.AttributeValue{":owner": str(owner), ":counter": num(counter)}
 	return d.update(ctx, "steal", key, setHolder(values, d.now(), ttl)+" ADD #counter :one",
+		"#counter = :counter", values)
+}
+
+// StealNote implements NoteStealer: Steal, setting lease_note in the same write.
+func (d *DynamoDB) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	if err := d.check(ctx, "DynamoDB.StealNote", key, owner, ttl, true, ttlOrZero); err != nil {
+		return false, err
+	}
+	if err := checkNote(key, &note); err != nil {
+		return false, err
+	}
+	values := map[string]types.AttributeValue{":owner": str(owner), ":counter": num(counter), ":note": str(note)}
+	set, _ := strings.CutPrefix(setHolder(values, d.now(), ttl), "SET ")
+	return d.update(ctx, "steal", key, "SET #note = :note, "+set+" ADD #counter :one",
 		"#counter = :counter", values)
 }
 
@@ -403,6 +420,9 @@ func decode(item map[string]types.AttributeValue) (Lease, error) {
 		return Lease{}, err
 	}
 	if l.Counter, err = getNumber(item, attrCounter); err != nil {
+		return Lease{}, err
+	}
+	if l.Note, err = getString(item, attrNote); err != nil {
 		return Lease{}, err
 	}
 	ms, err := getNumber(item, attrExpiry)

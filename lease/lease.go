@@ -52,6 +52,9 @@ type Lease struct {
 	Counter int64
 	// Checkpoint is where the lease's shard was read to.
 	Checkpoint Checkpoint
+	// Note is the text the last StealNote wrote (NoteStealer), empty if none did; no other
+	// write changes it. kinesub notes each subscriber's measured load on its heartbeat row.
+	Note string
 }
 
 // Checkpoint is where a shard was read to, as its lease records it.
@@ -161,6 +164,19 @@ type OrderedCheckpointer interface {
 	// ErrInvalidArgument. A Checkpoint write forgets the order: any n is applied after it.
 	CheckpointOrdered(ctx context.Context, key string, t Tenure, cp Checkpoint, n int64) (bool, error)
 }
+
+// NoteStealer is implemented by stores that keep a short note on a lease, written with the
+// Steal that moves its counter: kinesub renews its heartbeat row with a Steal at the row's own
+// counter, and notes there, in the same write, the load its readers measure, so that peers
+// balance by load at no extra write. Both stores here implement it.
+type NoteStealer interface {
+	// StealNote is Steal that also sets the lease's Note to note (at most MaxNote bytes;
+	// longer is an error wrapping ErrInvalidArgument).
+	StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error)
+}
+
+// MaxNote is the longest Note StealNote takes, in bytes.
+const MaxNote = 256
 
 // MaxCheckpointWrite is the highest write number CheckpointOrdered takes: a holding that
 // checkpoints ten times a second reaches it after more than thirteen years.

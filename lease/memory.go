@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -24,7 +25,10 @@ type memLease struct {
 	order int64 // the order of the last CheckpointOrdered write (checkpointOrder); 0: none
 }
 
-var _ OrderedCheckpointer = (*Memory)(nil)
+var (
+	_ OrderedCheckpointer = (*Memory)(nil)
+	_ NoteStealer         = (*Memory)(nil)
+)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
@@ -116,10 +120,19 @@ func (m *Memory) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 
 // Steal implements Store.
 func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
-	if err := checkContext(ctx, "Memory.Steal"); err != nil {
+	return m.steal(ctx, "Memory.Steal", key, owner, counter, ttl, nil)
+}
+
+// StealNote implements NoteStealer.
+func (m *Memory) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	return m.steal(ctx, "Memory.StealNote", key, owner, counter, ttl, &note)
+}
+
+func (m *Memory) steal(ctx context.Context, op, key, owner string, counter int64, ttl time.Duration, note *string) (bool, error) {
+	if err := checkContext(ctx, op); err != nil {
 		return false, err
 	}
-	if err := ready(ctx, checkArgs(key, owner, ttl, true, ttlOrZero)); err != nil {
+	if err := ready(ctx, errors.Join(checkArgs(key, owner, ttl, true, ttlOrZero), checkNote(key, note))); err != nil {
 		return false, err
 	}
 	m.mu.Lock()
@@ -130,7 +143,18 @@ func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, tt
 	}
 	l.Owner, l.Expiry = owner, expiry(m.now(), ttl)
 	l.Counter++
+	if note != nil {
+		l.Note = *note
+	}
 	return true, nil
+}
+
+// checkNote rejects a note longer than MaxNote.
+func checkNote(key string, note *string) error {
+	if note != nil && len(*note) > MaxNote {
+		return fmt.Errorf("%w: lease %q: note of %d bytes, more than %d", ErrInvalidArgument, key, len(*note), MaxNote)
+	}
+	return nil
 }
 
 // Renew implements Store.

@@ -1,0 +1,140 @@
+package kinesub
+
+import "math"
+
+// Balancing by load. Every owner notes on its heartbeat row the bytes a second its readers
+// fetch (load.go). When every owner the fair share counts has noted a load, and the loads are
+// not all equal (all zero, say: nothing is published), a round balances by load instead of by
+// count:
+//   - Hand back, on balance rounds: an owner above (1+loadSlack) × the mean load hands back,
+//     cleanly, up to maxLoadMoves shards, each the one whose load comes closest to what would
+//     bring it to the mean without taking the least loaded owner above the mean, until it is
+//     within the slack. A shard that moved lately (taken here, or handed back from here, within
+//     movedRounds balance rounds) stays where it is: loads take that long to show a move.
+//   - Take: the least loaded owner, or one below (1-loadSlack) × the mean, takes free leases,
+//     one a round (more when many are free) so that its load shows what it took before it takes
+//     more; never one it handed back lately.
+//   - Steal: only from an owner whose heartbeat lapsed, as when balancing by count. Shards move
+//     between live owners by hand-back only.
+// Counts are not balanced meanwhile: a hot shard's owner holds fewer shards than the others.
+
+// loadSlack: an owner hands back for load only above (1+loadSlack) × the mean.
+const loadSlack = 0.15
+
+// maxLoadMoves is the most shards an owner hands back for load in one round.
+const maxLoadMoves = 4
+
+// loadIn is what balancing by load decides from.
+type loadIn struct {
+	owners map[string]float64 // bytes a second each owner noted on its heartbeat row
+	mine   map[string]float64 // bytes a second of each shard held here
+	moved  map[string]bool    // shards that moved lately: taken here, or handed back from here
+	// settling: a shard taken here lately has not been measured yet (no record fetched), so
+	// this subscriber's load may not show it.
+	settling bool
+}
+
+// byLoad returns the loads of this subscriber (measured now: its shards but those it is
+// handing back) and of the other owners the fair share counts (as they noted), and their mean,
+// with ok false when the round balances by count: a load is missing, or all are equal.
+func (in *balanceIn) byLoad(owners map[string]int) (loads map[string]float64, mean float64, ok bool) {
+	if in.load == nil {
+		return nil, 0, false
+	}
+	loads = make(map[string]float64, len(owners))
+	for o := range owners {
+		if o == in.owner || in.lapsed(o) {
+			continue
+		}
+		l, ok := in.load.owners[o]
+		if !ok {
+			return nil, 0, false
+		}
+		loads[o] = l
+	}
+	me := 0.0
+	for _, id := range in.readable {
+		if in.counted(id) && in.local[id] != stateDraining {
+			me += in.load.mine[id]
+		}
+	}
+	loads[in.owner] = me
+	sum, lo, hi := 0.0, math.Inf(1), math.Inf(-1)
+	for _, l := range loads {
+		sum, lo, hi = sum+l, min(lo, l), max(hi, l)
+	}
+	if sum <= 0 || lo == hi {
+		return nil, 0, false
+	}
+	return loads, sum / float64(len(loads)), true
+}
+
+// mayTakeByLoad reports whether this subscriber takes a free lease in a round balanced by
+// load: it is the least loaded owner, or well below the mean, and every shard it took lately
+// was measured. Were every owner at or below
+// the mean to take, a shard handed back would go to whichever asked first, and measurements
+// that differ by a few percent would move shards back and forth.
+func (in *balanceIn) mayTakeByLoad(loads map[string]float64, mean float64) bool {
+	if in.load.settling {
+		return false
+	}
+	me := loads[in.owner]
+	if me <= mean*(1-loadSlack) {
+		return true
+	}
+	for o, l := range loads {
+		if o != in.owner && l < me {
+			return false
+		}
+	}
+	return true
+}
+
+// planLoad picks the shards to hand back for load (see above).
+func (in *balanceIn) planLoad(loads map[string]float64, mean float64) []string {
+	me := loads[in.owner]
+	var cands []string
+	for _, id := range in.readable {
+		if in.counted(id) && in.local[id] == stateReading && !in.load.moved[id] && in.load.mine[id] > 0 {
+			cands = append(cands, id)
+		}
+	}
+	others := make(map[string]float64, len(loads))
+	for o, l := range loads {
+		if o != in.owner {
+			others[o] = l
+		}
+	}
+	var back []string
+	for len(back) < maxLoadMoves && me > mean*(1+loadSlack) {
+		least, lo := "", math.Inf(1)
+		for o, l := range others {
+			if l < lo || l == lo && o < least {
+				least, lo = o, l
+			}
+		}
+		ideal := min(me-mean, mean-lo)
+		if ideal <= 0 {
+			break
+		}
+		best := -1
+		for i, id := range cands {
+			l := in.load.mine[id]
+			if l >= 2*ideal { // no closer to the mean
+				continue
+			}
+			if best < 0 || math.Abs(l-ideal) < math.Abs(in.load.mine[cands[best]]-ideal) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		id := cands[best]
+		me -= in.load.mine[id]
+		others[least] += in.load.mine[id]
+		back = append(back, id)
+		cands = append(cands[:best], cands[best+1:]...)
+	}
+	return back
+}
