@@ -82,9 +82,9 @@
 //
 // Every call to Kinesis and to the lease store runs under WithRequestTimeout and the caller's
 // context. Readers whose subscriber could not renew its heartbeat row (or confirm its leases)
-// stop before a peer can take the row as expired, and a subscriber that steals a lease waits
-// until its previous owner has stopped (WithLeaseTTL), so no two subscribers read one shard at
-// once. Every checkpoint and release is conditional on the holding it was written for (the
+// stop before a peer can take the row over, and a subscriber that steals a lease waits until
+// its previous owner has stopped (WithLeaseTTL), each timing on its own monotonic clock, so no
+// two subscribers hand out one shard's records at once, whatever the hosts' clocks say. Every checkpoint and release is conditional on the holding it was written for (the
 // owner and the lease's counter), so a write in flight across a loss never lands. Close returns by its context's deadline and lists
 // what it could not write. A Seek that fails leaves each shard where it was or fully moved
 // (ErrSeekPending).
@@ -100,10 +100,11 @@
 // # Several instances
 //
 // Subscribers that share a lease table share the stream's shards. Each one keeps a heartbeat
-// row in the table ("<stream>/~owner/<owner>", renewed every TTL/3 and deleted at Close), and
-// its shard leases are bound to that row, with no expiry of their own: an idle shard costs no
-// write. An owner is live while its heartbeat row is unexpired; a peer that finds the row
-// expired deletes it and takes the owner's shards at once. With n readable shards (not finished, parents read to
+// row in the table ("<stream>/~v2/owner/<owner>", renewed every TTL/3 by moving its counter,
+// and deleted at Close), and its shard leases are bound to that row, with no expiry of their
+// own: an idle shard costs no write. An owner is live while its heartbeat row's counter moves;
+// a peer that has seen it stand still for 3/4 TTL on its own clock takes the row over and the
+// owner's shards at once (docs/leases.md). With n readable shards (not finished, parents read to
 // their ends) and k live owners, each holds n/k rounded down or up. Each subscriber takes free
 // leases, and those of owners whose row is gone, up to n/k rounded up and hands back cleanly what it holds beyond that, at
 // once when an owner joins and every balance round otherwise, so a new or restarted instance
