@@ -236,3 +236,27 @@ func TestCrashNoticedThroughPeerWatch(t *testing.T) {
 		require.LessOrEqual(t, time.Since(crashed), ttl+2*time.Second, "failover after the crash")
 	})
 }
+
+// plainStore hides every method of a lease store but lease.Store's, as a wrapper that does not
+// pass lease.PrefixLister through does.
+type plainStore struct{ lease.Store }
+
+// TestChangeRowWithAnyStore: a subscriber whose store cannot list one stream's rows still
+// moves the change row when it joins, steals or releases, and its peers on a store that can
+// rely on it: a thief that did not move it would leave its victim confirming leases no longer
+// its own. It runs in a synctest bubble.
+func TestChangeRowWithAnyStore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := newCountingLister()
+		f := newFakeStream("anystore", 2)
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithBalanceInterval(time.Hour))...)
+		eventually(t, 5*time.Second, "a reads 2", func() bool { return reading(a) == 2 })
+		synctest.Wait()
+		before := readLease(t, store, f.stream, changesRow).Counter
+		b := subscribeFake(t, f, fakeOpts(WithLeaseStore(plainStore{store}), WithOwner("b"), WithBalanceInterval(time.Hour))...)
+		eventually(t, 5*time.Second, "b's join moved the change row", func() bool {
+			return readLease(t, store, f.stream, changesRow).Counter > before
+		})
+		eventually(t, 5*time.Second, "1/1", func() bool { return reading(a) == 1 && reading(b) == 1 })
+	})
+}
