@@ -71,7 +71,7 @@ func (m *shardMeter) add(records []types.Record) {
 	defer m.mu.Unlock()
 	for i := range records {
 		at := now
-		if t := records[i].ApproximateArrivalTimestamp; t != nil {
+		if t := records[i].ApproximateArrivalTimestamp; t != nil && t.UnixNano() > 0 {
 			at = min(t.UnixNano(), now) // a clock ahead of this host's counts as now
 		}
 		if m.oldest == 0 || at < m.oldest {
