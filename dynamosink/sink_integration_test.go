@@ -42,6 +42,8 @@ func newFixture(t *testing.T, opts ...dynamosink.Option) *fixture {
 		BillingMode:          types.BillingModePayPerRequest,
 	})
 	require.NoError(t, err)
+	// Writes to a table still being created are refused as to a missing one.
+	require.NoError(t, dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(effects)}, time.Minute))
 	t.Cleanup(func() {
 		for _, tb := range []string{marks, effects} {
 			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(tb)})
