@@ -42,6 +42,10 @@ func newFixture(t *testing.T, opts ...dynamosink.Option) *fixture {
 		BillingMode:          types.BillingModePayPerRequest,
 	})
 	require.NoError(t, err)
+	// Writes to a table still being created are refused as to a missing one.
+	require.NoError(t, dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second // the SDK's default waits 20s at first
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(effects)}, time.Minute))
 	t.Cleanup(func() {
 		for _, tb := range []string{marks, effects} {
 			_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(tb)})

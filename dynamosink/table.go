@@ -37,7 +37,9 @@ func CreateTable(ctx context.Context, client *dynamodb.Client, table string) err
 	if err != nil && !errors.As(err, &inUse) {
 		return fmt.Errorf("dynamosink: create table %s: %w", table, err)
 	}
-	if err := dynamodb.NewTableExistsWaiter(client).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
+	if err := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second // the SDK's default waits 20s at first
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}, 5*time.Minute); err != nil {
 		return fmt.Errorf("dynamosink: wait for table %s: %w", table, err)
 	}
 	return nil

@@ -64,7 +64,9 @@ func (r *run) effectTables(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("effects table: %w", err)
 	}
-	return dynamodb.NewTableExistsWaiter(r.dc).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(r.effects)}, 30*time.Second)
+	return dynamodb.NewTableExistsWaiter(r.dc, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 100*time.Millisecond, 2*time.Second // the SDK's default waits 20s at first
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(r.effects)}, 30*time.Second)
 }
 
 // countEffects reads the effects table: how many times each measured record's effect was
