@@ -124,7 +124,7 @@ func TestTracingPublishToProcess(t *testing.T) {
 		}
 		return nil
 	}, WithConcurrency(1), WithRetryBackoff(time.Millisecond, time.Millisecond))
-	require.NoError(t, err)
+	require.ErrorIs(t, err, context.Canceled, "Process returns its ctx's cause")
 	require.Equal(t, map[string]int{"one": 1, "two": 2, "three": 1}, handled)
 
 	procs := tr.ended("process " + tr.stream)
@@ -327,14 +327,14 @@ func TestTracingAbandonedAndPanic(t *testing.T) {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	panicked := false
-	require.NoError(t, sub2.Process(pctx, func(context.Context, *Message) error {
+	require.ErrorIs(t, sub2.Process(pctx, func(context.Context, *Message) error {
 		if !panicked {
 			panicked = true
 			panic("boom")
 		}
 		cancel()
 		return nil
-	}, WithConcurrency(1), WithRetryBackoff(time.Millisecond, time.Millisecond)))
+	}, WithConcurrency(1), WithRetryBackoff(time.Millisecond, time.Millisecond)), context.Canceled)
 	procs := tr2.ended("process " + tr2.stream)
 	require.Len(t, procs, 2)
 	require.Equal(t, codes.Error, procs[0].Status().Code)

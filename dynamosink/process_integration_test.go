@@ -105,7 +105,7 @@ func consumeAll(ctx context.Context, t *testing.T, client *kinesis.Client, strea
 		}
 		return nil
 	}, kinesub.WithConcurrency(16))
-	require.NoError(t, err)
+	require.ErrorIs(t, err, context.Canceled, "Process returns its ctx's cause")
 	require.Equal(t, n, handled.Load())
 	require.NoError(t, sub.Close(ctx))
 }

@@ -126,10 +126,10 @@ func consume(ctx context.Context, client *kinesis.Client, handle func(context.Co
 		return nil
 	}, kinesub.WithConcurrency(32))
 	stop()
-	if err != nil {
-		return err
+	if handled.Load() < deposits {
+		return err // Process stopped before every deposit was handled: why
 	}
-	return sub.Close(ctx)
+	return sub.Close(ctx) // Process returned its ctx's cause, the stop above
 }
 
 // publish writes the deposits: amount i+1 to account i%accounts, so the balances total
