@@ -111,6 +111,26 @@ func (h *handoff) refill(page *fetched) { h.rest, h.next = page, 0 }
 
 func (h *handoff) drop() { h.rest, h.next = nil, 0 }
 
+// discard lets go of every page left once the subscription is over and its readers have
+// returned: none will be handed out, and a Message kept after Close would otherwise keep them
+// reachable through its subscriber.
+func (h *handoff) discard() {
+	for {
+		select {
+		case <-h.in:
+			continue
+		default:
+		}
+		select {
+		case <-h.token:
+			h.drop()
+			h.token <- struct{}{}
+		default: // a pull loop still holds it; it finds every delivery stale
+		}
+		return
+	}
+}
+
 // wait blocks until a page arrives (true), or ctx or stop ends first (false).
 func (h *handoff) wait(ctx context.Context, stop <-chan struct{}) bool {
 	select {

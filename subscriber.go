@@ -393,6 +393,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	<-s.coordinating
 	s.stopBg() // whatever still writes (a finished shard's release) gives up now
 	s.del.stop()
+	s.del.hand.discard()
 	s.errs.close()
 	s.closeErr = errors.Join(errs.errs...)
 	s.metrics.stop()
