@@ -1,0 +1,143 @@
+package kinesub
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
+)
+
+// Focused tests of lease protocol 2's rules (docs/leases.md); the fleet simulation
+// (sim_test.go) searches the same rules over many schedules.
+
+// laggingIndex is a lease store whose listings lack other owners' heartbeat rows, as an
+// eventually consistent index that has not caught up with rows just made does; reads of one
+// row are strongly consistent.
+type laggingIndex struct {
+	lease.Store
+	owner string
+}
+
+func (l laggingIndex) drop(all []lease.Lease) []lease.Lease {
+	out := all[:0]
+	for _, r := range all {
+		if strings.Contains(r.Key, "/"+ownerRowPrefix) && baseOwner(r.Owner) != l.owner {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (l laggingIndex) List(ctx context.Context) ([]lease.Lease, error) {
+	all, err := l.Store.List(ctx)
+	return l.drop(all), err
+}
+
+func (l laggingIndex) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	all, err := l.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
+	return l.drop(all), err
+}
+
+// TestListingLagKeepsOwnerLive: a live owner whose heartbeat row a listing lacks is read on its
+// own before it counts as gone, so its shards are not taken as orphans.
+func TestListingLagKeepsOwnerLive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name = "lag"
+		store := lease.NewMemory()
+		f := newFakeStream(name, 4)
+		holdAsPeer(t, store, name, "peer", peerLive, f.shards[0].id, f.shards[1].id)
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(laggingIndex{store, "a"}), WithOwner("a"),
+			WithBalanceInterval(50*time.Millisecond))...)
+		eventually(t, 5*time.Second, "a reads the 2 free shards", func() bool { return reading(a) == 2 })
+		for range 30 {
+			time.Sleep(a.cfg.leaseTTL / 10)
+			require.Equal(t, 2, reading(a), "a took a live owner's shards: its row was missing from a listing")
+			require.Equal(t, "peer", readLease(t, store, name, f.shards[0].id).Owner)
+		}
+	})
+}
+
+// skewedClock is a lease store that shows owner every expiry as a host whose clock runs ahead
+// by skew sees it: earlier by skew.
+type skewedClock struct {
+	lease.Store
+	owner string
+	skew  time.Duration
+}
+
+func (s skewedClock) shift(l lease.Lease) lease.Lease {
+	if !l.Expiry.IsZero() && !pendingAt(l, time.Now()) {
+		l.Expiry = l.Expiry.Add(-s.skew)
+	}
+	return l
+}
+
+func (s skewedClock) Read(ctx context.Context, key string) (lease.Lease, error) {
+	l, err := s.Store.Read(ctx, key)
+	return s.shift(l), err
+}
+
+func (s skewedClock) List(ctx context.Context) ([]lease.Lease, error) {
+	all, err := s.Store.List(ctx)
+	for i := range all {
+		all[i] = s.shift(all[i])
+	}
+	return all, err
+}
+
+func (s skewedClock) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	all, err := s.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
+	for i := range all {
+		all[i] = s.shift(all[i])
+	}
+	return all, err
+}
+
+// TestClockAheadTakesNoLiveOwnersShards: a subscriber whose clock runs far ahead of its peer's
+// (every expiry it reads looks a minute older) still counts the peer live, because it times the
+// peer's silence on its own clock by the heartbeat row's counter, not by the row's expiry.
+func TestClockAheadTakesNoLiveOwnersShards(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name = "skew"
+		store := lease.NewMemory()
+		f := newFakeStream(name, 4)
+		holdAsPeer(t, store, name, "peer", peerLive, f.shards[0].id, f.shards[1].id)
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(skewedClock{store, "a", time.Minute}), WithOwner("a"),
+			WithBalanceInterval(50*time.Millisecond))...)
+		eventually(t, 5*time.Second, "a reads the 2 free shards", func() bool { return reading(a) == 2 })
+		for range 30 {
+			time.Sleep(a.cfg.leaseTTL / 10)
+			require.Equal(t, 2, reading(a), "a took a live owner's shards under clock skew")
+		}
+		// The peer stops renewing: a takes its shards, once it saw the counter still for reapAfter.
+		storeRelease(t, store, name+"/"+ownerRowPrefix+"peer", "peer")
+		eventually(t, 5*time.Second, "a reads all 4 once the peer left", func() bool { return reading(a) == 4 })
+	})
+}
+
+// TestOtherProtocolAppearingStopsSubscriber: the guard against other lease protocols holds for
+// as long as a subscriber runs, not only at Subscribe: a kinesub 0.1 instance whose heartbeat
+// row appears makes a running subscriber give up its shards and stop with
+// ErrIncompatibleLeaseTable.
+func TestOtherProtocolAppearingStopsSubscriber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name = "guard"
+		store := lease.NewMemory()
+		f := newFakeStream(name, 2)
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithBalanceInterval(50*time.Millisecond))...)
+		eventually(t, 5*time.Second, "a reads 2", func() bool { return reading(a) == 2 })
+		ok, err := store.Acquire(context.Background(), name+"/"+v1OwnerPrefix+"old", "old", time.Hour)
+		require.NoError(t, err)
+		require.True(t, ok)
+		eventually(t, 5*time.Second, "a stopped", func() bool { return a.Err() != nil })
+		require.ErrorIs(t, a.Err(), ErrIncompatibleLeaseTable)
+		require.Contains(t, a.Err().Error(), `"old"`)
+		require.Zero(t, reading(a))
+	})
+}
