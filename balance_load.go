@@ -8,8 +8,8 @@ import "math"
 // count:
 //   - Hand back, on balance rounds: an owner above (1+loadSlack) × the mean load hands back,
 //     cleanly, up to maxLoadMoves shards, each the one whose load comes closest to what would
-//     bring it to the mean without taking the least loaded owner above the mean, until it is
-//     within the slack. A shard that moved lately (taken here, or handed back from here, within
+//     bring it to the mean (or it and the least loaded owner to the same load, when less),
+//     among those that leave the least loaded owner below it, until it is within the slack. A shard that moved lately (taken here, or handed back from here, within
 //     movedRounds balance rounds) stays where it is: loads take that long to show a move.
 //   - Take: the least loaded owner, or one below (1-loadSlack) × the mean, takes free leases,
 //     one a round (more when many are free) so that its load shows what it took before it takes
@@ -113,14 +113,17 @@ func (in *balanceIn) planLoad(loads map[string]float64, mean float64) []string {
 				least, lo = o, l
 			}
 		}
-		ideal := min(me-mean, mean-lo)
+		// The shard to move is the one closest to what brings this owner to the mean, or the
+		// two to the same load when that is less; the two's larger load must drop by a
+		// twentieth of the mean at least, so that measurements a few percent apart move nothing.
+		ideal := min(me-mean, (me-lo)/2)
 		if ideal <= 0 {
 			break
 		}
 		best := -1
 		for i, id := range cands {
 			l := in.load.mine[id]
-			if l >= 2*ideal { // no closer to the mean
+			if lo+l > me-mean/20 {
 				continue
 			}
 			if best < 0 || math.Abs(l-ideal) < math.Abs(in.load.mine[cands[best]]-ideal) {

@@ -115,6 +115,10 @@
 // is live, which hands back its excess itself. A lease it stole is not handed back before it
 // is read. A subscriber whose lease was taken over learns it at its next reading of the leases
 // (within a second of the thief moving the change row) and stops reading that shard only.
+// When the shards carry unequal traffic, each subscriber notes on its heartbeat row the bytes a
+// second its readers fetch, and balancing goes by load instead of by count: an owner above
+// 1.15 times the mean hands shards back to the least loaded, a shard that moved stays put for
+// two balance rounds, and nothing is stolen from a live owner (docs/leases.md).
 // Subscribers of versions before 0.1.0, which renewed each lease, cannot share a table with
 // this one: Subscribe refuses with ErrIncompatibleLeaseTable. Shards reports what this instance sees of each shard.
 //

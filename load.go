@@ -71,9 +71,10 @@ func (m *shardMeter) add(records []types.Record) {
 	defer m.mu.Unlock()
 	for i := range records {
 		at := now
-		if t := records[i].ApproximateArrivalTimestamp; t != nil && t.UnixNano() > 0 {
+		if t := records[i].ApproximateArrivalTimestamp; t != nil && t.Unix() > 0 {
 			at = min(t.UnixNano(), now) // a clock ahead of this host's counts as now
 		}
+		at = max(at, now-meterSlots*m.width) // older than the slots kept: the oldest slot
 		if m.oldest == 0 || at < m.oldest {
 			m.oldest = at
 		}
@@ -81,7 +82,7 @@ func (m *shardMeter) add(records []types.Record) {
 		sl := &m.slots[slot%meterSlots]
 		if sl.slot != slot {
 			if sl.slot > slot {
-				continue // older than the slots kept
+				continue // a later slot took its place
 			}
 			*sl = meterSlot{slot: slot}
 		}

@@ -297,7 +297,9 @@ func fleetFigures() error {
 	fmt.Printf("  Subscribe → all %d records delivered: %v\n", n, allDelivered.Round(10*time.Millisecond))
 	fmt.Printf("  balanced by count within ±1: %v after Subscribe, %.1f balance rounds of %v (goal ≤ 3 rounds at 32 instances)\n",
 		even.Round(10*time.Millisecond), even.Seconds()/balanceEvery.Seconds(), balanceEvery)
-	fmt.Println("  balanced by load (max ≤ 1.1× mean): not measured: the balancer counts shards, and this stream's traffic is even")
+	if err := fleetLoadFigure(ctx, kc); err != nil {
+		return err
+	}
 
 	// Steady and idle: heap, goroutines, CPU.
 	runtime.GC()
