@@ -48,12 +48,13 @@ test: vet-modules apicheck
 # sim searches the fleet simulation: SIM_SEEDS seeds (10,000 by default) from SIM_FIRST, in
 # parallel on every CPU, with no race detector and a lazier collector (GOGC=400: a third less
 # CPU; the runs are small and short-lived). A failing seed prints the command that replays
-# it; keep it in simRegressionSeeds. SIMFLAGS=-sim.strict fails on missed goals too (crash
+# it; keep it in simRegressionSeeds once fixed, in simOpenSeeds (run here, not by make test)
+# until then. SIMFLAGS=-sim.strict fails on missed goals too (crash
 # failover within TTL + 2s, no acked record delivered again after a clean hand-back).
 sim: SIM_SEEDS = 10000
 SIM_FIRST ?= 1
 sim:
-	GOGC=400 $(GO) test -count=1 -timeout 60m -run TestSimulation -sim.first=$(SIM_FIRST) -sim.seeds=$(SIM_SEEDS) $(SIMFLAGS) -v . | \
+	GOGC=400 $(GO) test -count=1 -timeout 60m -run TestSimulation -sim.first=$(SIM_FIRST) -sim.seeds=$(SIM_SEEDS) -sim.open $(SIMFLAGS) -v . | \
 	grep -v -e '^=== ' -e '^    --- PASS' -e '^--- PASS'; exit $${PIPESTATUS[0]}
 
 # stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes

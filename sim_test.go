@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -44,7 +46,9 @@ var (
 	simSeed   = flag.Uint64("sim.seed", 0, "TestSimulation: run this one seed only")
 	simRepeat = flag.Int("sim.repeat", 1, "TestSimulation: run each seed this many times")
 	simLog    = flag.Bool("sim.log", false, "TestSimulation: log every run's schedule of events")
-	simStrict = flag.Bool("sim.strict", false, "TestSimulation: fail on missed goals too (crash failover within TTL + 2s, no acked record again after a clean hand-back), not only on broken promises")
+	simOpen   = flag.Bool("sim.open", false, "TestSimulation: run the open seeds too (simOpenSeeds), which fail until their promise is fixed")
+	simTrace  = flag.Bool("sim.trace", false, "TestSimulation: put every instance's Info logs among the events")
+	simStrict = flag.Bool("sim.strict", false, "TestSimulation: fail on missed goals too (crash failover within TTL + 2s, no acked record again after a clean hand-back, Process's key order across instances), not only on broken promises")
 )
 
 func TestSimulation(t *testing.T) {
@@ -54,6 +58,11 @@ func TestSimulation(t *testing.T) {
 	} else {
 		for _, r := range simRegressionSeeds {
 			seeds = append(seeds, r.seed)
+		}
+		if *simOpen {
+			for _, r := range simOpenSeeds {
+				seeds = append(seeds, r.seed)
+			}
 		}
 		for i := range uint64(*simSeeds) {
 			seeds = append(seeds, *simFirst+i)
@@ -198,6 +207,17 @@ func runSim(t *testing.T, seed uint64) {
 	f.report()
 }
 
+// simLogW puts an instance's log lines among the fleet's events (-sim.trace).
+type simLogW struct {
+	f    *simFleet
+	name string
+}
+
+func (w simLogW) Write(p []byte) (int, error) {
+	w.f.logf("%s| %s", w.name, strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 func (f *simFleet) logf(format string, args ...any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -246,6 +266,9 @@ func (in *simInstance) start() {
 		WithShardSyncInterval(2 * time.Second), WithCheckpointInterval(checkpointEvery),
 		WithRequestTimeout(time.Second), WithInitialPosition(Horizon()), withProbes(pr),
 	}
+	if *simTrace {
+		opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(simLogW{f, in.name}, nil))))
+	}
 	for attempt := 0; ; attempt++ {
 		sub, err := Subscribe(context.Background(), kinesis.NewFromConfig(cfg), f.stream, opts...)
 		if err == nil {
@@ -285,8 +308,11 @@ func (r *simRun) consume(ctx context.Context) {
 		if r.gate.Dead() {
 			return
 		}
-		if m.Ack(ctx) == nil {
+		// An Ack whose checkpoint write failed (WithCheckpointInterval(0)) settled the record
+		// all the same: the watermark moved, and a later write carries it.
+		if err := m.Ack(ctx); err == nil || !errors.Is(err, ErrClosed) && !errors.Is(err, ErrAlreadySettled) {
 			f.check.Acked(r.delivery(m))
+			f.check.Handled(string(m.Data()))
 		}
 	}
 	switch r.in.style {
@@ -320,9 +346,13 @@ func (r *simRun) consume(ctx context.Context) {
 		}
 	case "process":
 		_ = sub.Process(ctx, func(_ context.Context, m *Message) error {
+			if !r.gate.Dead() {
+				f.check.Started(r.label, string(m.Data()))
+			}
 			r.gate.Hold()
 			if !r.gate.Dead() {
 				f.check.Acked(r.delivery(m)) // Process acks it when the handler returns
+				f.check.Handled(string(m.Data()))
 			}
 			return nil
 		}, WithConcurrency(4))
@@ -393,7 +423,7 @@ func (f *simFleet) produce(d time.Duration) {
 				f.t.Errorf("put %s: %v", id, err)
 				continue
 			}
-			f.check.Put(id)
+			f.check.Put(id, key)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -777,4 +807,13 @@ var simRegressionSeeds = []struct {
 	{263, "a broken promise"}, {271, "a broken promise"}, {276, "a broken promise"},
 	// Protocol 2.
 	{20, "checkpoint moved back from SHARD_END: a flush of the watermark after a SHARD_END write whose answer was lost"},
+}
+
+// simOpenSeeds broke a promise that is not fixed yet: make sim runs them (-sim.open), and
+// fails until it is; make test does not, so that it stays a check of what holds.
+var simOpenSeeds = []struct {
+	seed  uint64
+	found string
+}{
+	{1099, "two readers: an instance handed out under lease counter 3 after another handed out under counter 5 (profile all; 4 of 40 runs once, 0 of 120 later: the interleaving depends on load)"},
 }

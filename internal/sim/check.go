@@ -19,7 +19,12 @@ import (
 //     and a holding handed back cleanly leaves a checkpoint at or past every record acked
 //     before its drain began (so nothing acknowledged is delivered again);
 //   - no write moves a shard's checkpoint back;
-//   - every record put is delivered (Missing, once the faults stopped).
+//   - every record put is delivered (Missing, once the faults stopped);
+//   - a key's record is first started by a handler only once the key's record before it was
+//     handled somewhere (Started, Handled: Process's order per key, across lease moves,
+//     crashes and reshards). Reported as a missed goal, not yet as a broken promise: "handled"
+//     is an Ack that returned nil, and whether an Ack that returned an error may still have
+//     moved the checkpoint is not settled.
 //
 // It is safe for concurrent use.
 type Checker struct {
@@ -35,6 +40,12 @@ type Checker struct {
 	acked      map[holding]lease.Checkpoint // the newest record acked in a holding
 	drained    map[holding]lease.Checkpoint // acked when its drain began
 	handOuts   int
+
+	keyOf   map[string]string // record id → its key
+	prevOf  map[string]string // record id → the key's record put before it
+	lastOf  map[string]string // key → its record put last
+	begun   map[string]bool   // record ids whose handler was started
+	handled map[string]bool   // record ids whose handler returned, having acked
 }
 
 type token struct {
@@ -53,6 +64,8 @@ func NewChecker(stream string) *Checker {
 	return &Checker{
 		stream: stream, put: map[string]time.Time{}, delivered: map[string]int{}, top: map[string]token{},
 		started: map[holding]lease.Checkpoint{}, acked: map[holding]lease.Checkpoint{}, drained: map[holding]lease.Checkpoint{},
+		keyOf: map[string]string{}, prevOf: map[string]string{}, lastOf: map[string]string{},
+		begun: map[string]bool{}, handled: map[string]bool{},
 	}
 }
 
@@ -81,9 +94,37 @@ func (c *Checker) Violations() []string {
 }
 
 // Put records a record published, by its id.
-func (c *Checker) Put(id string) {
+// Put records a record published, by its id, under key. Records of one key are put one after
+// another, in the order Put is called.
+func (c *Checker) Put(id, key string) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.put[id] = time.Now()
+	c.keyOf[id] = key
+	if last, ok := c.lastOf[key]; ok {
+		c.prevOf[id] = last
+	}
+	c.lastOf[key] = id
+}
+
+// Started checks a handler's start on record id by instance: the first start of a key's record
+// must come after the key's record before it was handled.
+func (c *Checker) Started(instance, id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.begun[id] {
+		return // a replay: the order was checked at the first start
+	}
+	c.begun[id] = true
+	if prev, ok := c.prevOf[id]; ok && !c.handled[prev] {
+		c.miss("key %s: %s started %s before %s, the key's record before it, was handled", c.keyOf[id], instance, id, prev)
+	}
+}
+
+// Handled records that a handler on record id returned having acked it.
+func (c *Checker) Handled(id string) {
+	c.mu.Lock()
+	c.handled[id] = true
 	c.mu.Unlock()
 }
 
