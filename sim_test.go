@@ -229,6 +229,7 @@ func (f *simFleet) logf(format string, args ...any) {
 func (in *simInstance) start() {
 	f := in.f
 	in.runs++
+	run := in.runs // a crashed run's subscriber still runs: it reads this, not in.runs
 	// Each run draws from a source of its own, so that what other goroutines draw, in whatever
 	// order they run, changes nothing of it.
 	rng := rand.New(rand.NewPCG(f.seed, uint64(in.slot)<<32|uint64(in.runs)))
@@ -257,7 +258,7 @@ func (in *simInstance) start() {
 		step:      r.step,
 		incarnation: func() string {
 			incarnations++ // the subscribe and the coordinator's rejoins: one at a time
-			return fmt.Sprintf("%d.%d", in.runs, incarnations)
+			return fmt.Sprintf("%d.%d", run, incarnations)
 		},
 		choose: &lockedRand{r: rand.New(rand.NewPCG(f.seed, uint64(in.slot)<<32|uint64(in.runs)|1<<31))},
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -28,6 +29,10 @@ func TestImportKCLCommand(t *testing.T) {
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("leaseKey"), KeyType: types.KeyTypeHash}},
 	})
 	require.NoError(t, err)
+	// dynalite creates a table over a moment: writes before it is active are refused.
+	require.NoError(t, dynamodb.NewTableExistsWaiter(ddb, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 50*time.Millisecond, time.Second
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(src)}, 30*time.Second))
 	t.Cleanup(func() {
 		for _, n := range []string{src, dst} {
 			_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(n)})
