@@ -458,9 +458,11 @@ func (r *run) finish(ctx context.Context, tl *tailer, pubStart time.Time, in ver
 	in.keys, in.shards = cfg.Keys, int(cfg.Shards)
 	in.stream, in.final = r.stream, final
 	in.process = cfg.Process
-	// A killed owner's lease lapses within a TTL of its last renewal; a claim round comes
-	// every TTL/3. One more round covers a round that just missed the expiry.
-	in.maxTakeover = cfg.TTL + 2*cfg.TTL/3 + cfg.Slack
+	// Lease protocol 2 (docs/leases.md): a peer reads a killed owner's heartbeat row within
+	// TTL/3, takes it over once its counter stood still for 3/4 TTL, and waits 3/4 TTL more for
+	// a lease the killed owner was in the middle of stealing. Doubled for a taker killed in the
+	// middle of its own takeover (the kills come every few seconds).
+	in.maxTakeover = 2*(cfg.TTL/3+3*cfg.TTL/4+3*cfg.TTL/4) + cfg.Slack
 	for _, p := range procs {
 		in.logs = append(in.logs, incarnation{owner: p.owner, path: p.log, killed: p.killed})
 	}

@@ -69,7 +69,7 @@ func main() {
 	flag.IntVar(&cfg.Rate, "rate", cfg.Rate, "records published per second")
 	flag.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "lease TTL of the consumers")
 	flag.DurationVar(&cfg.Checkpoint, "checkpoint", cfg.Checkpoint, "checkpoint interval of the consumers")
-	flag.DurationVar(&cfg.Slack, "slack", cfg.Slack, "allowed beyond TTL + 2/3 TTL for a takeover after a kill (two processes never read one shard at once: no slack for that)")
+	flag.DurationVar(&cfg.Slack, "slack", cfg.Slack, "allowed beyond the protocol's takeover bound after a kill (two processes never read one shard at once: no slack for that)")
 	flag.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "wait for every record after publishing")
 	flag.Uint64Var(&cfg.Seed, "seed", 0, "seed of kill times and victims (0: random)")
 	flag.StringVar(&cfg.Dir, "dir", "", "directory for logs (default: a new temporary one)")
