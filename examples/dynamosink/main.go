@@ -15,8 +15,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -45,7 +47,21 @@ func main() {
 }
 
 func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// Ctrl-C (SIGINT) or SIGTERM stops it early: the tables are deleted and it exits 0.
+	sig, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	if err := demonstrate(sig); err != nil {
+		if sig.Err() != nil {
+			fmt.Println("interrupted:", context.Cause(sig))
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+func demonstrate(sig context.Context) error {
+	ctx, cancel := context.WithTimeout(sig, time.Minute)
 	defer cancel()
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {

@@ -43,7 +43,7 @@ func main() {
 }
 
 func run() error {
-	// Ctrl-C (SIGINT) or SIGTERM stops it early, cleanly: Process returns nil, Close releases
+	// Ctrl-C (SIGINT) or SIGTERM stops it early, cleanly: Process returns the signal, Close releases
 	// the leases, and it exits 0.
 	sig, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
@@ -106,16 +106,16 @@ func run() error {
 			}
 			return nil // taken: the record counts as handled, its account goes on
 		}))
-	if !errors.Is(err, allHandled) {
-		return err // ctx ended, or the subscription did: Process says why
-	}
-	if sig.Err() != nil {
+	if sig.Err() != nil { // Ctrl-C: Process returned the signal as its ctx's cause
 		if err := closeSub(sub); err != nil {
 			return err
 		}
 		held, err := heldLeases(leases)
 		fmt.Printf("interrupted after %d of %d updates, checkpoints written; leases still held: %d\n", l.done(), updates, held)
 		return err
+	}
+	if !errors.Is(err, allHandled) {
+		return err // the minute ran out, or the subscription ended: Process says why
 	}
 	took := time.Since(start)
 	fmt.Printf("handled %d updates of %d accounts in %v (one at a time: at least %v); per account in order: %v\n",
