@@ -149,6 +149,7 @@ func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 	s := c.s
 	v.dead = map[string]bool{}
 	keep := map[string]bool{}
+	unknown := map[string]bool{} // owners whose row could not be read: taken for live
 	for owner, hb := range v.beats {
 		keep[owner] = true
 		c.peers.observe(owner, hb, v.recv)
@@ -174,6 +175,7 @@ func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 				s.report(&ShardError{Stream: s.stream, Op: OpReadLease, Err: fmt.Errorf("heartbeat of %s: %w", owner, err)})
 			}
 			v.unsure = true
+			unknown[owner] = true
 			continue // unknown: taken for live this round
 		}
 		c.peers.observe(owner, hb, time.Now())
@@ -181,9 +183,14 @@ func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 	for owner := range keep {
 		b := c.peers.seen[owner]
 		switch {
-		case owner == me:
+		case owner == me, unknown[owner] && b == nil:
+			// Never read, and this round's read failed: nothing says it stopped. (A row read
+			// before is judged by that read: absent or taken over, or standing still.)
 		case b.gone(owner):
 			v.dead[owner] = true
+			if b != nil {
+				s.log.Debug("owner stopped: its heartbeat row is not its own", "owner", owner, "row_owner", b.row.Owner, "row_counter", b.row.Counter)
+			}
 		case b.stillFor(time.Now()) >= reapAfter(s.cfg.leaseTTL):
 			if c.reap(ctx, owner, b) {
 				v.dead[owner] = true
@@ -244,7 +251,7 @@ func (c *coordinator) reconcile(ctx context.Context, v *view, sent time.Time, me
 			continue
 		}
 		s.log.Info("lease held in the table but not read here: taken up", logShard, id)
-		c.take(ctx, id, takeHow{own: true, pending: pendingAt(v.leases[id], v.now)})
+		c.take(ctx, id, takeHow{own: true, counter: v.leases[id].Counter, pending: pendingAt(v.leases[id], v.now)})
 	}
 }
 
@@ -253,7 +260,11 @@ func (c *coordinator) reconcile(ctx context.Context, v *view, sent time.Time, me
 // owner stopped). A pending take is read only stealWait after the change row moved (shard.go,
 // awaitStart).
 type takeHow struct {
-	steal   bool
+	steal bool
+	// counter is the lease's counter as the listing showed it: Steal's condition, and for
+	// every take a floor. The take's write adds one to the counter, so a holding read back
+	// at or below it is an older one, perhaps one this subscriber read under before (see
+	// take).
 	counter int64
 	pending bool
 	own     bool
@@ -264,13 +275,13 @@ func (c *coordinator) howToTake(v *view, id, me string) takeHow {
 	l := v.leases[id]
 	switch {
 	case l.Owner == "":
-		return takeHow{}
+		return takeHow{counter: l.Counter}
 	case l.Owner == me:
-		return takeHow{own: true, pending: pendingAt(l, v.now)}
+		return takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)}
 	case v.dead[l.Owner]:
 		return takeHow{steal: true, counter: l.Counter, pending: pendingAt(l, v.now)}
 	}
-	return takeHow{} // shown free to planTake but held: the Acquire fails
+	return takeHow{counter: l.Counter} // shown free to planTake but held: the Acquire fails
 }
 
 // handBack hands the shards back cleanly: each drains, writes its checkpoint and releases
@@ -332,6 +343,12 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 		return false
 	case !ok && how.steal && l.Counter != how.counter+1:
 		return false // ours from another write: a later round takes it up
+	case l.Counter <= how.counter:
+		// This take's write did not land (or not yet: it may land late): the holding read
+		// back is an older one of this subscriber's, whose writes may still be in flight. A
+		// late Release or checkpoint of that holding would land in this one, had it the same
+		// counter. A later round takes the lease up with a write of its own.
+		return false
 	}
 	if how.pending {
 		s.cfg.probes.at("stolen", id, l.Tenure())

@@ -239,8 +239,12 @@ func (t *shardTable) blockingParent(v *view, id string) string {
 func (c *coordinator) start(id string, l lease.Lease, pending bool) bool {
 	s := c.s
 	w := newWorker(s.env, id, l, pending)
-	if !s.table.register(w, l.Checkpoint, s.initial()) {
+	if ok, stale := s.table.register(w, l.Checkpoint, s.initial()); !ok {
 		w.cancelRead()
+		if stale { // left as it is: a later round takes it up with a write of its own
+			w.log.Info("lease's holding is one read here before: not read again under it", "counter", l.Counter)
+			return false
+		}
 		s.dropTaken(id, l.Tenure(), pending)
 		return false
 	}

@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -58,6 +59,37 @@ func TestListingLagKeepsOwnerLive(t *testing.T) {
 		for range 30 {
 			time.Sleep(a.cfg.leaseTTL / 10)
 			require.Equal(t, 2, reading(a), "a took a live owner's shards: its row was missing from a listing")
+			require.Equal(t, "peer", readLease(t, store, name, f.shards[0].id).Owner)
+		}
+	})
+}
+
+// unreadableBeats is a laggingIndex whose reads of other owners' heartbeat rows fail too.
+type unreadableBeats struct{ laggingIndex }
+
+func (u unreadableBeats) Read(ctx context.Context, key string) (lease.Lease, error) {
+	if strings.Contains(key, "/"+ownerRowPrefix) && !strings.Contains(key, "/"+ownerRowPrefix+u.owner) {
+		return lease.Lease{}, errors.New("heartbeat read failed")
+	}
+	return u.Store.Read(ctx, key)
+}
+
+// TestUnreadableOwnerCountsLive: an owner this subscriber has never read a heartbeat row of,
+// whose row a listing lacks and whose row cannot be read either, is taken for live: its shards
+// are not taken as orphans (they were, once: a failed read left it unseen, and unseen counted
+// as gone).
+func TestUnreadableOwnerCountsLive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name = "unread"
+		store := lease.NewMemory()
+		f := newFakeStream(name, 4)
+		holdAsPeer(t, store, name, "peer", peerLive, f.shards[0].id, f.shards[1].id)
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(unreadableBeats{laggingIndex{store, "a"}}), WithOwner("a"),
+			WithBalanceInterval(50*time.Millisecond))...)
+		eventually(t, 5*time.Second, "a reads the 2 free shards", func() bool { return reading(a) >= 2 })
+		for range 30 {
+			time.Sleep(a.cfg.leaseTTL / 10)
+			require.Equal(t, 2, reading(a), "a took the shards of an owner whose heartbeat it could not read")
 			require.Equal(t, "peer", readLease(t, store, name, f.shards[0].id).Owner)
 		}
 	})

@@ -23,6 +23,7 @@ type shardTable struct {
 	listedAt time.Time
 	finished map[string]bool      // read to their end (SHARD_END)
 	ended    map[string]time.Time // when the last life here of each shard ended (forget)
+	counters map[string]int64     // shard → the highest lease counter a life here read under
 	waiting  map[string]string    // shard → the parent it waits for
 	leases   map[string]lease.Lease
 	leasesAt time.Time // when leases was read
@@ -45,6 +46,7 @@ func newShardTable(startAt *Position, now time.Time) *shardTable {
 		listing:  make(map[string]shardInfo),
 		finished: make(map[string]bool),
 		ended:    make(map[string]time.Time),
+		counters: make(map[string]int64),
 		waiting:  make(map[string]string),
 		applied:  make(map[string]uint64),
 	}
@@ -97,20 +99,25 @@ func (t *shardTable) reading() []*worker {
 }
 
 // register adds w, opening at the position chosen for it from its lease's checkpoint cp,
-// unless the table is closed or the shard is held here already. The position is chosen under
-// the lock that a stream-wide Seek installs under, so a reader either opens at a new installed
-// position or is moved by the seek.
-func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) bool {
+// unless the table is closed or the shard is held here already (held), or w's holding is not
+// newer than every holding a life of the shard here read under (stale: a write an earlier
+// life sent, such as a Release or a checkpoint, may still land, and would land in w's holding
+// too). The position is chosen under the lock that a stream-wide Seek installs under, so a
+// reader either opens at a new installed position or is moved by the seek.
+func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) (ok, stale bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || t.workers[w.id] != nil {
-		return false
+		return false, false
+	}
+	if w.tenureOf().Counter <= t.counters[w.id] {
+		return false, true
 	}
 	w.start = t.startInput(w.id, cp, initial)
 	w.startCkpt = w.start.kind == posAfter
 	t.workers[w.id] = w
 	delete(t.waiting, w.id)
-	return true
+	return true, false
 }
 
 // forget removes a shard whose life here is over; one read to its end counts as finished.
@@ -120,6 +127,7 @@ func (t *shardTable) forget(w *worker) {
 	if t.workers[w.id] == w {
 		delete(t.workers, w.id)
 		t.ended[w.id] = time.Now()
+		t.counters[w.id] = max(t.counters[w.id], w.tenureOf().Counter)
 	}
 	if w.state() == stateEnded {
 		t.finished[w.id] = true
