@@ -69,6 +69,11 @@ type lane struct {
 	live    int                  // queues holding a delivery
 	gens    []*genState          // the generations its jobs belong to, usually one
 	failing []*job               // jobs that failed and are not finished, by first failure
+	// One past the highest watermark index acked of generation ackGen of shard ackShard: what
+	// a drain fills gaps below (process_drain.go).
+	ackShard *worker
+	ackGen   uint64
+	ackTop   uint64
 }
 
 // maxIdleKeys: a lane drops its empty queues once it holds more than this many and more empty
@@ -80,15 +85,17 @@ const maxIdleKeys = 4096
 const maxIdleLanes = 64
 
 // genState is one generation of one shard as Process runs it: the context its handlers get,
-// ended with the generation's run context or when Process ends, and a sweep of its jobs once
-// the generation moved on. It lives while jobs of it do.
+// ended with the generation's run context or when Process ends, and sweeps of its jobs once
+// the generation moved on and once its run is over (process_drain.go). It lives while jobs of
+// it do.
 type genState struct {
 	lane      *lane
 	w         *worker
 	gen       uint64
 	ctx       *handlerContext
 	cancel    context.CancelFunc
-	stopStale func() bool // stops the sweep's callback
+	stopSweep func() bool // stops the callback of the sweep when the generation moves on
+	stopEnd   func() bool // stops the callback of the sweep when its run is over
 	refs      int         // jobs of this generation not finished
 }
 
@@ -183,10 +190,11 @@ func (p *processor) genOf(l *lane, m *Message) *genState {
 	// Owned by the processor (aux): stopped when the generation's last job finishes, and
 	// waited for before Process returns.
 	p.aux.Add(1)
-	gs.stopStale = context.AfterFunc(m.staleContext(), func() {
+	gs.stopSweep = context.AfterFunc(m.staleContext(), func() {
 		defer p.aux.Done()
 		p.sweep(gs)
 	})
+	gs.stopEnd = p.sweepAtEnd(gs, m)
 	l.gens = append(l.gens, gs)
 	return gs
 }
@@ -206,7 +214,10 @@ func (gs *genState) holds(j *job) bool { return j.m.pg.gen == gs.gen && j.m.pg.s
 
 // release ends a generation none of whose jobs is left.
 func (p *processor) release(gs *genState) {
-	if gs.stopStale() {
+	if gs.stopSweep() {
+		p.aux.Done()
+	}
+	if gs.stopEnd() {
 		p.aux.Done()
 	}
 	gs.cancel()
@@ -239,7 +250,7 @@ func (p *processor) pop() *job {
 		if j.dropped {
 			continue // given back by a sweep; its key went on then
 		}
-		if j.m.stale() {
+		if !p.mayStart(j) {
 			p.drop(j)
 			p.advance(j)
 			continue
@@ -330,13 +341,18 @@ func (p *processor) sweep(gs *genState) {
 			heads = append(heads, q.head)
 		}
 	}
+	// In a drain, the jobs below keep run still (process_drain.go); none once the run is over.
+	var keep uint64
+	if h := gs.anyJob(heads); h != nil && !h.m.runOver() {
+		keep = p.gapTop(l, h.m.pg, nil)
+	}
 	for _, h := range heads {
 		// Given back behind a head that still runs (a handler that ignores its ctx), a job
 		// would hold its record until the head returns, and each seek would add a cap's worth:
 		// it is unlinked at once.
 		prev := h
 		for x := h.next; x != nil; x = x.next {
-			if gs.holds(x) && !x.dropped {
+			if gs.holds(x) && !x.dropped && x.m.index() >= keep {
 				p.drop(x)
 			}
 			if x.dropped {
@@ -348,7 +364,7 @@ func (p *processor) sweep(gs *genState) {
 			}
 			prev = x
 		}
-		if gs.holds(h) && !h.dropped && h.state != jobRunning {
+		if gs.holds(h) && !h.dropped && h.state != jobRunning && h.m.index() >= keep {
 			p.drop(h)
 			p.advance(h)
 		}

@@ -144,7 +144,7 @@ func (p *processor) work() {
 			// Checked again as it starts, whatever was checked as it was taken: a seek since
 			// must find it not started. Only one in the instant between this check and the
 			// handler's call starts, with its ctx already ended (the seek ended it first).
-			if j.m.stale() {
+			if j.m.stale() && !p.mayStartLocked(j.job) {
 				j.result = result{skipped: true}
 				continue
 			}
@@ -341,15 +341,17 @@ func (p *processor) call(j *runJob) (err error) {
 func (p *processor) after(j *job, settled bool, err error) {
 	switch {
 	case settled:
+		p.noteAcked(j)
 		p.retire(j)
 		p.advance(j)
 		return
 	case p.closing:
 		j.state = jobWaiting // collected by stop: Process ended, the attempt was likely cancelled
 		return
-	case j.m.stale():
-		// Cancelled by a seek, a lost lease or the end of a drain: the shard's next reader
-		// delivers it again, and nothing here retries it.
+	case !p.mayStart(j):
+		// Cancelled by a seek, a lost lease or the end of a drain, or failed in a drain that
+		// need not run it: the shard's next reader delivers it again, and nothing here retries
+		// it. (A failure that fills a gap in a drain is tried again as usual.)
 		p.drop(j)
 		p.advance(j)
 		return
