@@ -242,7 +242,7 @@ func (c *coordinator) start(id string, l lease.Lease, pending bool) bool {
 	if ok, stale := s.table.register(w, l.Checkpoint, s.initial()); !ok {
 		w.cancelRead()
 		if stale { // left as it is: a later round takes it up with a write of its own
-			w.log.Info("lease's holding is one read here before: not read again under it", "counter", l.Counter)
+			w.log.Info("lease taken under an earlier holding or owner name of this subscriber's: not read under it", "counter", l.Counter, "owner", l.Owner)
 			return false
 		}
 		s.dropTaken(id, l.Tenure(), pending)

@@ -168,17 +168,25 @@ func (dl *delivery) dispatch() {
 			}
 			continue
 		}
+		var checked time.Time
+		if dl.probes != nil {
+			checked = time.Now()
+		}
 		select {
 		case dl.out <- d.held:
-			dl.probes.handOut(d.held)
+			dl.probes.handOutChecked(d.held, checked)
 			dl.metrics.consumed(d.held)
 			d.held = nil
 			continue
 		default:
 		}
+		// A send that waits for room completes when the consumer takes a record: if the whole
+		// process is paused meanwhile, perhaps past the deadline, that is the same to everyone
+		// as the consumer having received it before the pause (docs/leases.md). Without a
+		// pause, the deadline's fence withdraws it.
 		select {
 		case dl.out <- d.held:
-			dl.probes.handOut(d.held)
+			dl.probes.handOutChecked(d.held, checked)
 			dl.metrics.consumed(d.held)
 			d.held = nil
 		case req := <-dl.fence:

@@ -1,6 +1,10 @@
 package kinesub
 
-import "github.com/gostream/kinesub/lease"
+import (
+	"time"
+
+	"github.com/gostream/kinesub/lease"
+)
 
 // probeSet holds the points inside a subscriber where a test observes and steers it: the fleet
 // simulation (sim_test.go) holds a paused instance at them, so that what a paused process
@@ -12,8 +16,10 @@ type probeSet struct {
 	// before the readers' deadline acts (tenure.go). It returns once the instance may run.
 	pause func()
 	// handedOut is called for each delivery as it is handed to the consumer's code: yielded by
-	// All or Batches, sent into Messages, or passed to a Process handler.
-	handedOut func(m *Message)
+	// All or Batches, sent into Messages, or passed to a Process handler. checked is when the
+	// deadline was checked for it: a moment before, except for a send into Messages that waited
+	// for room in the channel, which completes when the consumer takes a record.
+	handedOut func(m *Message, checked time.Time)
 	// step is called at named steps of the lease protocol (see the call sites), in the
 	// goroutine that takes them.
 	step func(name, shard string, t lease.Tenure)
@@ -50,7 +56,14 @@ func (p *probeSet) hold() {
 
 func (p *probeSet) handOut(m *Message) {
 	if p != nil && p.handedOut != nil {
-		p.handedOut(m)
+		p.handedOut(m, time.Now())
+	}
+}
+
+// handOutChecked is handOut for a delivery whose deadline was checked at checked.
+func (p *probeSet) handOutChecked(m *Message, checked time.Time) {
+	if p != nil && p.handedOut != nil {
+		p.handedOut(m, checked)
 	}
 }
 

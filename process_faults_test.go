@@ -251,7 +251,7 @@ func TestProcessSeekFenceNotStarted(t *testing.T) {
 func TestProcessSeekFenceInstant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stale, fresh := seekDuringStart(t, func(pr *probeSet, pause func()) {
-			pr.handedOut = func(*Message) { pause() } // the last step before the handler
+			pr.handedOut = func(*Message, time.Time) { pause() } // the last step before the handler
 		})
 		require.Len(t, stale, 1, "the record in the instant started once, not retried")
 		require.ErrorIs(t, stale[0], context.Canceled, "its ctx had ended")

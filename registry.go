@@ -24,6 +24,7 @@ type shardTable struct {
 	finished map[string]bool      // read to their end (SHARD_END)
 	ended    map[string]time.Time // when the last life here of each shard ended (forget)
 	counters map[string]int64     // shard → the highest lease counter a life here read under
+	owner    string               // the owner name shards are registered under; "" between incarnations
 	waiting  map[string]string    // shard → the parent it waits for
 	leases   map[string]lease.Lease
 	leasesAt time.Time // when leases was read
@@ -102,7 +103,8 @@ func (t *shardTable) reading() []*worker {
 // unless the table is closed or the shard is held here already (held), or w's holding is not
 // newer than every holding a life of the shard here read under (stale: a write an earlier
 // life sent, such as a Release or a checkpoint, may still land, and would land in w's holding
-// too). The position is chosen under the lock that a stream-wide Seek installs under, so a
+// too), or is not under this subscriber's current owner name (stale: a take begun before the
+// heartbeat row was found taken over, whose owner peers count as gone). The position is chosen under the lock that a stream-wide Seek installs under, so a
 // reader either opens at a new installed position or is moved by the seek.
 func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) (ok, stale bool) {
 	t.mu.Lock()
@@ -110,7 +112,7 @@ func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) 
 	if t.closed || t.workers[w.id] != nil {
 		return false, false
 	}
-	if w.tenureOf().Counter <= t.counters[w.id] {
+	if tn := w.tenureOf(); tn.Counter <= t.counters[w.id] || tn.Owner != t.owner {
 		return false, true
 	}
 	w.start = t.startInput(w.id, cp, initial)
@@ -118,6 +120,15 @@ func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) 
 	t.workers[w.id] = w
 	delete(t.waiting, w.id)
 	return true, false
+}
+
+// setOwner sets the owner name shards are registered under: "" (none) from the moment the
+// heartbeat row was found taken over until the subscriber joined again under a new name, so
+// that no take begun under the old name registers after every shard held was lost.
+func (t *shardTable) setOwner(name string) {
+	t.mu.Lock()
+	t.owner = name
+	t.mu.Unlock()
 }
 
 // forget removes a shard whose life here is over; one read to its end counts as finished.

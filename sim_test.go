@@ -383,11 +383,18 @@ func (r *simRun) delivery(m *Message) sim.Delivery {
 		At: lease.Checkpoint{Sequence: m.SequenceNumber(), SubSequence: int64(m.SubSequenceNumber())}, ID: string(m.Data())}
 }
 
-func (r *simRun) handedOut(m *Message) {
+func (r *simRun) handedOut(m *Message, checked time.Time) {
 	if r.gate.Dead() {
 		return // a crashed process hands nothing out
 	}
-	r.in.f.check.HandOut(r.delivery(m))
+	// A send into Messages that waited for room across a pause of the instance completes as
+	// it resumes; to everyone that is the consumer receiving it before the pause, when its
+	// deadline was checked. Without a pause, it is handed out now.
+	at := time.Now()
+	if r.gate.PausedSince(checked) {
+		at = checked
+	}
+	r.in.f.check.HandOut(r.delivery(m), at)
 }
 
 // step may pause, crash or close the instance at a step of the lease protocol: the moments a
@@ -826,6 +833,8 @@ var simRegressionSeeds = []struct {
 	{263, "a broken promise"}, {271, "a broken promise"}, {276, "a broken promise"},
 	// Protocol 2.
 	{20, "checkpoint moved back from SHARD_END: a flush of the watermark after a SHARD_END write whose answer was lost"},
+	{2390, "two readers: a take begun under the old owner name registered its shard after the heartbeat row was found taken over"},
+	{3615, "a send into Messages blocked across a pause completed after the deadline: as a receive before the pause, which the checker now counts so"},
 	{1099, "two readers, and a checkpoint moved back: a take whose write did not land read back an older holding of its own and read under it, while that holding's late Release (or checkpoint) landed; and an owner whose heartbeat read failed, never read before, counted as gone"},
 }
 

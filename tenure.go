@@ -272,6 +272,7 @@ func (s *Subscriber) join(ctx context.Context, rename bool) error {
 	t.beatSent, t.confirmed, t.attempted, t.verified = sent, sent, time.Time{}, -1
 	t.restart()
 	t.mu.Unlock()
+	s.table.setOwner(name)
 	return nil
 }
 
@@ -337,6 +338,7 @@ func (s *Subscriber) renewHeartbeat(ctx context.Context) {
 		// Not landed (yet): the next tick tries again.
 	default:
 		s.log.Warn("heartbeat row taken over: a peer took this subscriber for dead; its shards are given up and it joins again under a new name")
+		s.table.setOwner("") // a take under the old name in flight registers nothing now
 		s.loseAll("heartbeat row taken over by a peer")
 		if err := s.join(ctx, true); err != nil && ctx.Err() == nil {
 			s.report(&ShardError{Stream: s.stream, Op: OpHeartbeat, Err: err})

@@ -137,19 +137,24 @@ type Delivery struct {
 	ID       string
 }
 
-// HandOut checks a delivery as it is handed out.
-func (c *Checker) HandOut(d Delivery) {
+// HandOut checks a delivery as it is handed out, at at: now, or, for one whose hand-out began
+// before a pause of its instance and completed as it resumed, when it began. One handed out
+// under a lower counter of the shard's lease than another one, at or after that one was, means
+// two readers.
+func (c *Checker) HandOut(d Delivery, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.handOuts++
 	c.delivered[d.ID]++
 	top := c.top[d.Shard]
 	switch {
+	case d.Tenure.Counter < top.counter && at.Before(top.at):
+		// Handed out before the later holding's first hand-out, reported after it.
 	case d.Tenure.Counter < top.counter:
 		c.fail("shard %s: %s handed out %s under lease counter %d after %s handed out under counter %d at %s: two readers",
 			d.Shard, d.Instance, d.ID, d.Tenure.Counter, top.owner, top.counter, top.at.UTC().Format("15:04:05.000"))
 	case d.Tenure.Counter > top.counter:
-		c.top[d.Shard] = token{d.Tenure.Owner, d.Tenure.Counter, time.Now()}
+		c.top[d.Shard] = token{d.Tenure.Owner, d.Tenure.Counter, at}
 	case d.Tenure.Owner != top.owner:
 		c.fail("shard %s: lease counter %d handed out by %s and by %s", d.Shard, d.Tenure.Counter, top.owner, d.Tenure.Owner)
 	}

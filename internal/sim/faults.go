@@ -13,11 +13,12 @@ import (
 // or hang until their context ends; crashed, they fail for good. The Kinesis transport and the
 // probes of a simulated instance go through the same gate as its lease table calls.
 type Gate struct {
-	mu     sync.Mutex
-	resume chan struct{} // non-nil while paused; closed on resuming
-	cut    bool
-	hang   bool
-	dead   bool
+	mu      sync.Mutex
+	resume  chan struct{} // non-nil while paused; closed on resuming
+	resumed time.Time     // when the last pause ended
+	cut     bool
+	hang    bool
+	dead    bool
 }
 
 // Pause stops the instance until Resume.
@@ -36,7 +37,16 @@ func (g *Gate) Resume() {
 	if g.resume != nil {
 		close(g.resume)
 		g.resume = nil
+		g.resumed = time.Now()
 	}
+}
+
+// PausedSince reports whether the instance was paused at some moment since t: it is paused,
+// or a pause ended after t.
+func (g *Gate) PausedSince(t time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.resume != nil || !g.resumed.Before(t)
 }
 
 // Cut cuts the instance off (hang: its calls block until their context ends; else they fail
