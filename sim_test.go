@@ -217,6 +217,14 @@ func runSim(t *testing.T, seed uint64) {
 	f.report()
 }
 
+// traceRecord puts a record's start or handling among the events (-sim.trace).
+func (f *simFleet) traceRecord(r *simRun, what string, m *Message) {
+	if *simTrace {
+		t := m.Tenure()
+		f.logf("%s %s %s %s (key %s) under %s/%d", r.label, what, m.Data(), m.ShardID(), m.PartitionKey(), t.Owner, t.Counter)
+	}
+}
+
 // simRow is a lease row as -sim.trace shows it.
 func simRow(l lease.Lease) string {
 	if l.Key == "" {
@@ -327,11 +335,14 @@ func (r *simRun) consume(ctx context.Context) {
 		if r.gate.Dead() {
 			return
 		}
-		// An Ack whose checkpoint write failed (WithCheckpointInterval(0)) settled the record
-		// all the same: the watermark moved, and a later write carries it.
+		// Handled as the consumer acks it: an Ack that writes the checkpoint (WithCheckpointInterval(0))
+		// may return long after the write landed and a peer read on from it.
+		f.check.Handled(string(m.Data()))
+		f.traceRecord(r, "handled", m)
+		// An Ack whose checkpoint write failed settled the record all the same: the watermark
+		// moved, and a later write carries it.
 		if err := m.Ack(ctx); err == nil || !errors.Is(err, ErrClosed) && !errors.Is(err, ErrAlreadySettled) {
 			f.check.Acked(r.delivery(m))
-			f.check.Handled(string(m.Data()))
 		}
 	}
 	switch r.in.style {
@@ -367,11 +378,13 @@ func (r *simRun) consume(ctx context.Context) {
 		_ = sub.Process(ctx, func(_ context.Context, m *Message) error {
 			if !r.gate.Dead() {
 				f.check.Started(r.label, string(m.Data()))
+				f.traceRecord(r, "started", m)
 			}
 			r.gate.Hold()
 			if !r.gate.Dead() {
 				f.check.Acked(r.delivery(m)) // Process acks it when the handler returns
 				f.check.Handled(string(m.Data()))
+				f.traceRecord(r, "handled", m)
 			}
 			return nil
 		}, WithConcurrency(4))
