@@ -58,13 +58,26 @@ func (c *coordinator) coordinate(ctx context.Context) {
 	defer syncT.Stop()
 	defer claimT.Stop()
 	defer balanceT.Stop()
+	// reapT fires when a silent peer's row becomes due to be taken over between two claim
+	// ticks (reap.go, nextReap).
+	reapT := time.NewTimer(time.Hour)
+	defer reapT.Stop()
 	s.changed(ctx) // joined: peers count this subscriber at their next tick
 	c.syncShards(ctx)
 	c.watch.saw(c.claim(ctx, false))
 	for {
+		if d, ok := c.nextReap(time.Now()); ok {
+			reapT.Reset(d)
+		} else {
+			reapT.Stop()
+		}
 		select {
 		case <-ctx.Done():
 			return
+		case <-reapT.C:
+			if c.watch.stale(ctx, c) {
+				c.watch.saw(c.claim(ctx, false))
+			}
 		case <-syncT.C:
 			if c.syncShards(ctx) {
 				c.cleanup(ctx, c.watch.saw(c.claim(ctx, false)))

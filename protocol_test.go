@@ -173,3 +173,23 @@ func TestOtherProtocolAppearingStopsSubscriber(t *testing.T) {
 		require.Zero(t, reading(a))
 	})
 }
+
+// TestSilentOwnerReapedWhenDue: a peer's heartbeat row that stands still is taken over as soon
+// as it has stood still for reapAfter since this subscriber first read it, not at the claim
+// tick after that, which would add up to a tick (TTL/3) to every crash's failover.
+func TestSilentOwnerReapedWhenDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name, ttl = "reapdue", 3 * time.Second
+		store := lease.NewMemory()
+		f := newFakeStream(name, 2)
+		holdAsPeer(t, store, name, "ghost", peerSilent, f.shards[0].id, f.shards[1].id)
+		start := time.Now()
+		// Claim ticks of a second (TTL/3), as with the defaults' shard sync.
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
+			WithShardSyncInterval(time.Second))...)
+		eventually(t, 10*time.Second, "a reads the silent owner's shards", func() bool { return reading(a) == 2 })
+		took := time.Since(start)
+		require.GreaterOrEqual(t, took, reapAfter(ttl), "taken over before the row stood still for reapAfter")
+		require.Less(t, took, reapAfter(ttl)+100*time.Millisecond, "taken over later than due")
+	})
+}
