@@ -44,9 +44,11 @@ func fleetLoadFigure(ctx context.Context, kc *kinesis.Client) error {
 	}
 	mem := lease.NewMemory()
 	rctx, stop := context.WithCancel(ctx)
-	defer stop()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer func() { // after the subscribers closed (the defer below): the publisher ends with rctx
+		stop()
+		wg.Wait()
+	}()
 	var subs []*kinesub.Subscriber
 	defer func() {
 		for _, s := range subs {
