@@ -49,19 +49,26 @@ func (l laggingIndex) ListPrefix(ctx context.Context, prefix string) ([]lease.Le
 // own before it counts as gone, so its shards are not taken as orphans.
 func TestListingLagKeepsOwnerLive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const name = "lag"
-		store := lease.NewMemory()
-		f := newFakeStream(name, 4)
-		holdAsPeer(t, store, name, "peer", peerLive, f.shards[0].id, f.shards[1].id)
-		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(laggingIndex{store, "a"}), WithOwner("a"),
-			WithBalanceInterval(50*time.Millisecond))...)
-		eventually(t, 5*time.Second, "a reads the 2 free shards", func() bool { return reading(a) == 2 })
-		for range 30 {
-			time.Sleep(a.cfg.leaseTTL / 10)
-			require.Equal(t, 2, reading(a), "a took a live owner's shards: its row was missing from a listing")
-			require.Equal(t, "peer", readLease(t, store, name, f.shards[0].id).Owner)
-		}
+		requireLivePeerKept(t, "lag", "its row was missing from a listing",
+			func(store lease.Store) lease.Store { return laggingIndex{store, "a"} })
 	})
+}
+
+// requireLivePeerKept subscribes "a" through wrap(store) beside a live peer holding 2 of 4
+// shards, and requires that a reads the 2 free ones and never takes the peer's: why names what
+// a could get wrong.
+func requireLivePeerKept(t *testing.T, name, why string, wrap func(lease.Store) lease.Store) {
+	store := lease.NewMemory()
+	f := newFakeStream(name, 4)
+	holdAsPeer(t, store, name, "peer", peerLive, f.shards[0].id, f.shards[1].id)
+	a := subscribeFake(t, f, fakeOpts(WithLeaseStore(wrap(store)), WithOwner("a"),
+		WithBalanceInterval(50*time.Millisecond))...)
+	eventually(t, 5*time.Second, "a reads the 2 free shards", func() bool { return reading(a) >= 2 })
+	for range 30 {
+		time.Sleep(a.cfg.leaseTTL / 10)
+		require.Equal(t, 2, reading(a), "a took a live owner's shards: %s", why)
+		require.Equal(t, "peer", readLease(t, store, name, f.shards[0].id).Owner)
+	}
 }
 
 // unreadableBeats is a laggingIndex whose reads of other owners' heartbeat rows fail too.
@@ -80,18 +87,8 @@ func (u unreadableBeats) Read(ctx context.Context, key string) (lease.Lease, err
 // as gone).
 func TestUnreadableOwnerCountsLive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const name = "unread"
-		store := lease.NewMemory()
-		f := newFakeStream(name, 4)
-		holdAsPeer(t, store, name, "peer", peerLive, f.shards[0].id, f.shards[1].id)
-		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(unreadableBeats{laggingIndex{store, "a"}}), WithOwner("a"),
-			WithBalanceInterval(50*time.Millisecond))...)
-		eventually(t, 5*time.Second, "a reads the 2 free shards", func() bool { return reading(a) >= 2 })
-		for range 30 {
-			time.Sleep(a.cfg.leaseTTL / 10)
-			require.Equal(t, 2, reading(a), "a took the shards of an owner whose heartbeat it could not read")
-			require.Equal(t, "peer", readLease(t, store, name, f.shards[0].id).Owner)
-		}
+		requireLivePeerKept(t, "unread", "a could not read its heartbeat row",
+			func(store lease.Store) lease.Store { return unreadableBeats{laggingIndex{store, "a"}} })
 	})
 }
 
