@@ -29,11 +29,11 @@ func main() {
 	}
 	leases := lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), "orders-leases")
 	if err := leases.EnsureTable(ctx); err != nil {
-		log.Fatal(err)
+		exit(ctx, err)
 	}
 	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), "orders", kinesub.WithLeaseStore(leases))
 	if err != nil {
-		log.Fatal(err)
+		exit(ctx, err)
 	}
 	defer sub.Close(context.Background())
 	// The loop ends when ctx is cancelled (Ctrl-C): the subscription then writes its
@@ -48,4 +48,12 @@ func main() {
 	if err := sub.Err(); err != nil && !(errors.Is(err, kinesub.ErrSubscriptionEnded) && ctx.Err() != nil) {
 		log.Fatal(err)
 	}
+}
+
+// exit ends the program on err, with status 0 when Ctrl-C ended ctx first: the user stopped it.
+func exit(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		os.Exit(0)
+	}
+	log.Fatal(err)
 }
