@@ -175,6 +175,31 @@ func TestImportKCLSentinels(t *testing.T) {
 	none(t, sub)
 }
 
+// TestImportKCLLatest: a KCL shard opened at LATEST with nothing handled yet imports as the tip
+// as of the import: a subscriber started later delivers what was published after the import
+// (also before it opened the shard), not what came before.
+func TestImportKCLLatest(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	s := newStream(t, 1)
+	s.put("k", []byte("before"))
+	// Arrival times are kept to the millisecond: the import's instant is a later one.
+	for put := time.Now(); time.Now().UnixMilli() <= put.UnixMilli(); {
+	}
+	kcl := sourceTable(t, ddb, "leaseKey", "")
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": s.shardIDs()[0], "checkpoint": "LATEST", "leaseCounter": "2"})
+	store := kinesubTable(t, ddb)
+	rep, err := lease.NewImporter(lease.WithWatch(0)).KCL(context.Background(), ddb, kcl, s.name, store)
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Imported)
+	for imported := time.Now(); time.Now().UnixMilli() <= imported.UnixMilli(); {
+	}
+	s.put("k", []byte("after import"))
+	sub := subscribeT(t, s, testOpts(store)...)
+	s.put("k", []byte("after subscribe"))
+	require.Equal(t, []string{"after import", "after subscribe"}, payloads(recv(t, sub, 2, true)))
+	none(t, sub)
+}
+
 // TestImportKCLRefusesLiveWorkers: a lease counter that moves during the watch window refuses
 // the import, naming the worker; WithForce goes ahead.
 func TestImportKCLRefusesLiveWorkers(t *testing.T) {
