@@ -43,9 +43,10 @@ func main() {
 	// (checkpoints written, leases released) before it exits 0.
 	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(sig)
+	interrupted := sig.Err() != nil // before stop, which ends sig too
 	stop()
 	switch {
-	case sig.Err() != nil:
+	case interrupted:
 		fmt.Println("demo interrupted; its subscribers closed")
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "demo:", err)
