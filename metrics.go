@@ -148,6 +148,7 @@ type metrics struct {
 	capacity    metric.Float64Counter
 
 	consumedC, acked, nacked  metric.Int64ObservableCounter
+	ackedLate                 metric.Int64ObservableCounter
 	behind, inFlight, ifBytes metric.Int64ObservableGauge
 	held                      metric.Int64ObservableGauge
 	oldest                    metric.Float64ObservableGauge
@@ -172,6 +173,7 @@ type shardStats struct {
 	_        [64]byte
 	acked    atomic.Int64
 	nacked   atomic.Int64
+	late     atomic.Int64 // acks that moved no checkpoint: see ackedLate
 	_        [64]byte
 }
 
@@ -204,6 +206,9 @@ func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
 	m.nacked, e = meter.Int64ObservableCounter("kinesub.records.nacked", metric.WithUnit("{message}"),
 		metric.WithDescription("Deliveries given back with Nack, unhandled."))
 	add(e)
+	m.ackedLate, e = meter.Int64ObservableCounter("kinesub.records.acked_late", metric.WithUnit("{message}"),
+		metric.WithDescription("Acks that moved no checkpoint because they came after their shard's lease was lost or given up (handed back, Close), or after a Seek moved the shard: those records are delivered again (after a Seek, if the new position includes them)."))
+	add(e)
 	m.behind, e = meter.Int64ObservableGauge("kinesub.shard.millis_behind_latest", metric.WithUnit("ms"),
 		metric.WithDescription("MillisBehindLatest of the last page read from each shard held here."))
 	add(e)
@@ -233,6 +238,7 @@ func (m *metrics) observe(held func() []*worker) error {
 			o.ObserveInt64(m.consumedC, st.consumed.Load(), st.attrs)
 			o.ObserveInt64(m.acked, st.acked.Load(), st.attrs)
 			o.ObserveInt64(m.nacked, st.nacked.Load(), st.attrs)
+			o.ObserveInt64(m.ackedLate, st.late.Load(), st.attrs)
 		}
 		m.mu.Unlock()
 		ws := held()
@@ -253,7 +259,7 @@ func (m *metrics) observe(held func() []*worker) error {
 		}
 		o.ObserveInt64(m.held, int64(len(ws)), metric.WithAttributeSet(attribute.NewSet(attrSystem.String(systemKinesis), m.stream)))
 		return nil
-	}, m.consumedC, m.acked, m.nacked, m.behind, m.inFlight, m.ifBytes, m.held, m.oldest)
+	}, m.consumedC, m.acked, m.nacked, m.ackedLate, m.behind, m.inFlight, m.ifBytes, m.held, m.oldest)
 	if err != nil {
 		return fmt.Errorf("kinesub: metrics: %w", err)
 	}
@@ -351,6 +357,13 @@ func (st *shardStats) settled(ctx context.Context, msg *Message, nack bool) {
 		if at := atomic.LoadInt64(h); at != 0 {
 			st.m.settle.Record(ctx, time.Since(time.Unix(0, at)).Seconds(), st.timed...)
 		}
+	}
+}
+
+// ackedLate counts an Ack that moved no checkpoint: it came too late (kinesub.records.acked_late).
+func (st *shardStats) ackedLate() {
+	if st != nil {
+		st.late.Add(1)
 	}
 }
 

@@ -520,3 +520,23 @@ func TestSettleSampleFollowsPages(t *testing.T) {
 	m.consumedPage(f, 100)
 	require.Equal(t, 3, timed(ms), "a page taken one at a time, then the rest at once: offsets 0, 256 and 512")
 }
+
+// TestMetricsAckedLate: an Ack that comes after its shard's lease was lost moves no checkpoint,
+// and kinesub.records.acked_late counts it, so that a service can see acks that did not count.
+func TestMetricsAckedLate(t *testing.T) {
+	f := newFakeStream("metrics-late", 1)
+	f.add(0, time.Now(), "a", "b", "c")
+	mt := newMeters(t)
+	sub := subscribeFake(t, f, fakeOpts(WithStartAt(Horizon()), WithMeterProvider(mt.provider))...)
+	got := recv(t, sub, 3, false)
+	ctx := context.Background()
+	require.NoError(t, got[0].Ack(ctx))
+	ws, _ := sub.table.held()
+	require.Len(t, ws, 1)
+	w := ws[0]
+	w.lose("lost in a test")
+	eventually(t, 5*time.Second, "the shard lost", func() bool { return w.state() == stateLost })
+	require.NoError(t, got[1].Ack(ctx), "a late Ack is not an error")
+	require.EqualValues(t, 1, mt.sum("kinesub.records.acked_late"))
+	require.EqualValues(t, 2, mt.sum("kinesub.records.acked"))
+}

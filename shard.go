@@ -376,11 +376,15 @@ func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
 	w.mu.Lock()
 	if m.pg.gen != w.wmGen {
 		w.mu.Unlock()
+		w.stats.ackedLate() // sought away from
 		return nil
 	}
 	advanced := w.wm.settle(m.index())
 	roomy := w.noteSettled(advanced)
 	w.mu.Unlock()
+	if st := w.state(); st == stateLost || st == stateReleased {
+		w.stats.ackedLate() // no checkpoint is written any more
+	}
 	return w.settled(ctx, advanced, roomy)
 }
 
