@@ -104,8 +104,9 @@ func (t *shardTable) reading() []*worker {
 // newer than every holding a life of the shard here read under (stale: a write an earlier
 // life sent, such as a Release or a checkpoint, may still land, and would land in w's holding
 // too), or is not under this subscriber's current owner name (stale: a take begun before the
-// heartbeat row was found taken over, whose owner peers count as gone). The position is chosen under the lock that a stream-wide Seek installs under, so a
-// reader either opens at a new installed position or is moved by the seek.
+// heartbeat row was found taken over, whose owner peers count as gone). The position is chosen
+// under the lock that a stream-wide Seek installs under, so a reader either opens at a new
+// installed position or is moved by the seek.
 func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) (ok, stale bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
