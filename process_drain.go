@@ -14,13 +14,14 @@ import "context"
 // run: a key's later records, a record waiting out its backoff above everything handled). A
 // seek or a lost lease ends the run at once: nothing more starts.
 
-// mayStart reports whether j may start now. Called with p.mu held.
+// mayStart reports whether j may start now. Called with p.mu held, for every job: a run can be
+// over only once its generation ended (stale, an atomic load), so the rest is checked then.
 func (p *processor) mayStart(j *job) bool {
 	switch {
-	case j.m.runOver():
-		return false
 	case !j.m.stale():
 		return true
+	case j.m.runOver():
+		return false
 	}
 	return p.fillsGap(j)
 }
