@@ -16,15 +16,16 @@ import (
 // The fair share is counted over the n readable shards (not finished, parents done) and the k
 // live owners: those whose heartbeat row is unexpired, those holding an unexpired lease of a
 // readable shard, and this subscriber; but not an owner whose heartbeat row lapsed (expired,
-// not released) though its leases are still renewed: its coordinator no longer claims, so a
-// share kept for it would leave free shards unread. All it holds can be stolen. (An owner
-// that released its row is closing and releases its leases next: it counts until then.)
+// not released): it stopped or is about to be taken for dead, so a share kept for it would
+// leave free shards unread. Nothing it holds is stolen: its row is taken over once it stood
+// still for reapAfter (reap.go), and its leases are then free. (An owner that released its row
+// is closing and releases its leases next: it counts until then.)
 // Every owner should hold floor(n/k) or ceil(n/k).
 //   - Take: free and expired leases, up to ceil(n/k).
 //   - Hand back: above ceil(n/k), the excess, cleanly (checkpoint, release), when an owner
 //     joined since the last round and every balance round.
-//   - Steal, one lease a balance round, from the most loaded other owner (ties to the smallest
-//     name): when below floor(n/k) while it holds more than the floor, or at the floor while
+//   - Steal, one lease a balance round, from the most loaded other live owner (ties to the
+//     smallest name): when below floor(n/k) while it holds more than the floor, or at the floor while
 //     the shares are uneven (so that one more is still within ceil(n/k)) and it holds two or
 //     more above the floor. Never from an owner above the ceiling whose heartbeat is live: it
 //     hands back its excess itself, without a steal's wait and replay.
@@ -194,23 +195,23 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 	if !balance {
 		return p
 	}
-	// The victim: the most loaded owner whose heartbeat lapsed, else the most loaded other
-	// owner. One whose heartbeat lapsed has no share: everything it holds is above it.
-	victim, most, lapsed := "", 0, false
+	// The victim: the most loaded other owner whose heartbeat is not lapsed. A lapsed one is
+	// not stolen from: its row is taken over once it stood still for reapAfter, TTL/4 after it
+	// looked lapsed, and its shards are then read at once, where a steal reads 3/4 TTL later.
+	victim, most := "", 0
 	for o, c := range owners {
-		if o == in.owner || c == 0 {
+		if o == in.owner || c == 0 || in.lapsed(o) {
 			continue
 		}
-		l := in.lapsed(o)
-		if victim == "" || l && !lapsed || l == lapsed && (c > most || c == most && o < victim) {
-			victim, most, lapsed = o, c, l
+		if victim == "" || c > most || c == most && o < victim {
+			victim, most = o, c
 		}
 	}
 	switch {
-	case victim == "", byLoad && !lapsed:
-		return p
-	case mine < floor && (lapsed || most > floor):
-	case mine == floor && floor < ceil && (lapsed || most >= floor+2):
+	case victim == "", byLoad:
+		return p // by load, shards move between live owners by hand-back only
+	case mine < floor && most > floor:
+	case mine == floor && floor < ceil && most >= floor+2:
 	default:
 		return p
 	}

@@ -44,6 +44,9 @@ const changeHold = time.Second
 type changeRow struct {
 	key    string             // "<stream>/~table/changes"
 	lister lease.PrefixLister // nil: the store lists only all of its rows
+	// pending is what the subscriber knows of the pending leases it saw listed, and of the
+	// moves after them (pending.go).
+	pending pendingNotes
 
 	mu      sync.Mutex
 	running bool // a bump is being written
@@ -101,14 +104,19 @@ func (s *Subscriber) bumpChanges(ctx context.Context) error {
 	c := s.changes
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
+	sent := time.Now()
 	l, err := s.cfg.store.Read(cctx, c.key)
 	if err != nil {
 		return err
 	}
+	c.pending.changeRead(sent, time.Now(), l.Counter)
 	if l.Counter == 0 {
 		_, err = s.cfg.store.Acquire(cctx, c.key, s.tenure.owner(), changeHold)
 	} else {
 		_, err = s.cfg.store.Steal(cctx, c.key, s.tenure.owner(), l.Counter, changeHold)
+	}
+	if err == nil { // written, or refused because a peer moved the row after the read
+		c.pending.movedBy(sent, time.Now())
 	}
 	return err
 }
@@ -144,7 +152,10 @@ func (w *watch) stale(ctx context.Context, c *coordinator) bool {
 	defer cancel()
 	sent := time.Now()
 	l, err := s.cfg.store.Read(cctx, s.changes.key)
-	if err != nil || l.Counter != w.change {
+	if err == nil {
+		s.changes.pending.changeRead(sent, time.Now(), l.Counter)
+	}
+	if c.bumpPending(ctx) || err != nil || l.Counter != w.change {
 		return true
 	}
 	s.tenure.confirm(sent, l.Counter) // the leases read last are still this subscriber's

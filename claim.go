@@ -62,6 +62,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	me := s.tenure.owner()
 	c.checkHeld(v, sent)
 	c.settleOwners(ctx, v, me)
+	c.bumpPending(ctx) // before the takes below, which time their wait from it
 	if !s.tenure.mayHandOut() {
 		return v // its deadline passed: it takes nothing until its shards were given up
 	}
@@ -251,7 +252,8 @@ func (c *coordinator) reconcile(ctx context.Context, v *view, sent time.Time, me
 			continue
 		}
 		s.log.Info("lease held in the table but not read here: taken up", logShard, id)
-		c.take(ctx, id, takeHow{own: true, counter: v.leases[id].Counter, pending: pendingAt(v.leases[id], v.now)})
+		l := v.leases[id]
+		c.take(ctx, id, c.after(id, l, takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)}))
 	}
 }
 
@@ -268,6 +270,9 @@ type takeHow struct {
 	counter int64
 	pending bool
 	own     bool
+	// after, for a pending take, is when a change-row move was first known to have landed
+	// after the pending holding the listing showed (pending.go); zero when none is.
+	after time.Time
 }
 
 // howToTake says how to take the lease of shard id, which planTake chose.
@@ -277,9 +282,9 @@ func (c *coordinator) howToTake(v *view, id, me string) takeHow {
 	case l.Owner == "":
 		return takeHow{counter: l.Counter}
 	case l.Owner == me:
-		return takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)}
+		return c.after(id, l, takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)})
 	case v.dead[l.Owner]:
-		return takeHow{steal: true, counter: l.Counter, pending: pendingAt(l, v.now)}
+		return c.after(id, l, takeHow{steal: true, counter: l.Counter, pending: pendingAt(l, v.now)})
 	}
 	return takeHow{counter: l.Counter} // shown free to planTake but held: the Acquire fails
 }
@@ -358,7 +363,7 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 		s.table.markFinished(id)
 		return false
 	}
-	return c.start(id, l, how.pending)
+	return c.start(id, l, how.pending, how.after)
 }
 
 // dropTaken gives up a lease just taken without reading its shard. A pending one is left

@@ -61,14 +61,17 @@ func TestClaimCountsRunningReaders(t *testing.T) {
 	})
 }
 
-// stealClock records when owner stole each lease, and every release by owner that came sooner
-// than stealWait after its steal.
+// stealClock records the leases owner stole (left pending: read only once its previous
+// owner stopped), when it bound each (its wait was over), and every release by owner of a
+// lease it stole and had not bound yet: released then, the lease would be taken by a peer that
+// reads at once, while its previous owner may still read it.
 type stealClock struct {
 	lease.Store
 	owner string
 	ttl   time.Duration
 	mu    sync.Mutex
-	stole map[string]time.Time
+	stole map[string]time.Time // pending steals by owner, by key
+	bound map[string]bool      // those it bound since
 	early []string
 }
 
@@ -76,7 +79,15 @@ func (c *stealClock) Steal(ctx context.Context, key, owner string, counter int64
 	ok, err := c.Store.Steal(ctx, key, owner, counter, ttl)
 	if ok && baseOwner(owner) == c.owner && !strings.Contains(key, "/~") {
 		c.mu.Lock()
-		c.stole[key] = time.Now()
+		if c.bound == nil {
+			c.bound = map[string]bool{}
+		}
+		if ttl == 0 { // the binding of a pending lease (or a take of an orphan's bound one)
+			c.bound[key] = true
+		} else {
+			c.stole[key] = time.Now()
+			delete(c.bound, key)
+		}
 		c.mu.Unlock()
 	}
 	return ok, err
@@ -84,7 +95,7 @@ func (c *stealClock) Steal(ctx context.Context, key, owner string, counter int64
 
 func (c *stealClock) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
 	c.mu.Lock()
-	if at, ok := c.stole[key]; ok && baseOwner(h.Owner) == c.owner && time.Since(at) < stealWait(c.ttl) {
+	if _, ok := c.stole[key]; ok && baseOwner(h.Owner) == c.owner && !c.bound[key] {
 		c.early = append(c.early, key)
 	}
 	c.mu.Unlock()
@@ -113,8 +124,9 @@ func ghostStream(t *testing.T, store lease.Store, name string, n int) *fakeStrea
 // TestHandBackSkipsShardBeingStolen: a subscriber over its share never hands back a lease it
 // is still waiting to read after stealing it. Released before stealWait, the lease would be
 // taken by a peer that reads at once, while the owner it was stolen from may still read it. A
-// subscriber steals three of the six shards of an owner with no heartbeat; before it may read
-// them, a peer's heartbeat makes its share two, and it hands one back only once it reads it.
+// subscriber takes over the six pending leases of an owner that went silent; before it may
+// read them, a peer's heartbeat makes its share three, and it hands three back only once it
+// reads them.
 func TestHandBackSkipsShardBeingStolen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const name, ttl = "handback", time.Second
@@ -122,14 +134,15 @@ func TestHandBackSkipsShardBeingStolen(t *testing.T) {
 		f := ghostStream(t, store, name, 6)
 		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
 			WithBalanceInterval(20*time.Millisecond))...)
-		eventually(t, 5*time.Second, "three stolen", func() bool {
+		eventually(t, 5*time.Second, "six taken over", func() bool {
 			store.mu.Lock()
 			defer store.mu.Unlock()
-			return len(store.stole) == 3
+			return len(store.stole) == 6
 		})
+		require.Zero(t, reading(a), "read at once")
 		holdAsPeer(t, store, name, "peer", peerLive)
-		eventually(t, 5*time.Second, "a reads its share of 2", func() bool {
-			return reading(a) == 2 && len(a.Shards()) == 6 && split(t, store, name)[0] == 3
+		eventually(t, 5*time.Second, "a reads its share of 3", func() bool {
+			return reading(a) == 3 && len(a.Shards()) == 6 && split(t, store, name)[0] == 3
 		})
 		store.mu.Lock()
 		defer store.mu.Unlock()

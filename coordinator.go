@@ -30,6 +30,7 @@ type coordinator struct {
 	watch      watch                // what the last claim round saw (changes.go)
 	claimEvery time.Duration        // the claim tick
 	peers      peers                // what it saw of the other owners' heartbeat rows (reap.go)
+	watched    []string             // the owners watchPeers read last time
 }
 
 func newCoordinator(s *Subscriber) *coordinator {
@@ -176,6 +177,7 @@ func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err er
 		return nil, sent, err
 	}
 	change := l.Counter
+	s.changes.pending.changeRead(sent, time.Now(), change)
 	var all []lease.Lease
 	listed := time.Now()
 	if s.changes.lister != nil {
@@ -203,6 +205,7 @@ func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err er
 		}
 		v.leases[id] = l
 	}
+	s.changes.pending.listed(v.leases, v.now, v.recv)
 	s.table.sawLeases(v)
 	return v, sent, nil
 }
@@ -249,9 +252,9 @@ func (t *shardTable) blockingParent(v *view, id string) string {
 // did. A pending lease's reader waits stealWait first and then binds the lease (shard.go), so
 // that the previous owner has stopped reading, even one whose renewals fail or hang, and the two
 // never read the shard at once.
-func (c *coordinator) start(id string, l lease.Lease, pending bool) bool {
+func (c *coordinator) start(id string, l lease.Lease, pending bool, after time.Time) bool {
 	s := c.s
-	w := newWorker(s.env, id, l, pending)
+	w := newWorker(s.env, id, l, pending, after)
 	if ok, stale := s.table.register(w, l.Checkpoint, s.initial()); !ok {
 		w.cancelRead()
 		if stale { // left as it is: a later round takes it up with a write of its own

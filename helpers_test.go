@@ -486,27 +486,30 @@ func holdAsPeer(t testing.TB, store lease.Store, stream, owner string, state pee
 // livePeer takes owner's heartbeat row and renews it as a running subscriber does, moving its
 // counter every few milliseconds (far more often than any test's TTL/3), until the test ends or
 // the row is no longer its own.
-// Taking the row again for an owner already live here does nothing more.
-func livePeer(t testing.TB, store lease.Store, stream, owner string) {
+// Taking the row again for an owner already live here does nothing more. It returns a function
+// that stops the renewals at once, as a crash would (nil when the owner was already live).
+func livePeer(t testing.TB, store lease.Store, stream, owner string) (stop func()) {
 	t.Helper()
 	key := stream + "/" + ownerRowPrefix + owner
 	ctx := context.Background()
 	l, err := store.Read(ctx, key)
 	require.NoError(t, err)
 	if l.Owner == owner {
-		return // already live: its renewer runs
+		return nil // already live: its renewer runs
 	}
 	ok, err := store.Acquire(ctx, key, owner, time.Hour)
 	require.NoError(t, err)
 	require.True(t, ok, "heartbeat row of %s", owner)
-	stop, done := make(chan struct{}), make(chan struct{})
+	stopped, done := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	stop = func() { once.Do(func() { close(stopped); <-done }) }
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			select {
-			case <-stop:
+			case <-stopped:
 				return
 			case <-tick.C:
 			}
@@ -520,17 +523,18 @@ func livePeer(t testing.TB, store lease.Store, stream, owner string) {
 			_, _ = store.Steal(ctx, key, owner, l.Counter, time.Hour)
 		}
 	}()
-	t.Cleanup(func() { close(stop); <-done })
+	t.Cleanup(stop)
+	return stop
 }
 
 // stealAsPeer takes shard's lease over for owner, a live subscriber not running here, as a
 // thief does: its heartbeat row live, the lease stolen at the counter it has and left pending
 // (the thief would bind it and read only stealWait later), and the change row moved, which the
-// subscriber it was stolen from watches.
-func stealAsPeer(t testing.TB, store lease.Store, stream, shard, owner string) {
+// subscriber it was stolen from watches. It returns livePeer's stop.
+func stealAsPeer(t testing.TB, store lease.Store, stream, shard, owner string) (stop func()) {
 	t.Helper()
 	ctx := context.Background()
-	livePeer(t, store, stream, owner)
+	stop = livePeer(t, store, stream, owner)
 	l, err := store.Read(ctx, stream+"/"+shard)
 	require.NoError(t, err)
 	ok, err := store.Steal(ctx, l.Key, owner, l.Counter, pendingTTL)
@@ -545,4 +549,5 @@ func stealAsPeer(t testing.TB, store lease.Store, stream, shard, owner string) {
 		_, err = store.Steal(ctx, change, owner, c.Counter, changeHold)
 	}
 	require.NoError(t, err)
+	return stop
 }

@@ -190,3 +190,39 @@ func TestSilentOwnerReapedWhenDue(t *testing.T) {
 		require.Less(t, took, reapAfter(ttl)+100*time.Millisecond, "taken over later than due")
 	})
 }
+
+// TestPendingLeaseOfSilentThiefWaitsDuringReap: a lease stolen by a thief that then goes
+// silent during its wait is read by a peer stealWait after a change-row move made once the
+// thief looked silent (TTL/2), not stealWait after the thief's row was taken over: the
+// victim's time runs while the thief's silence is established (pending.go).
+func TestPendingLeaseOfSilentThiefWaitsDuringReap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name, ttl = "pendingsilent", 3 * time.Second
+		store := lease.NewMemory()
+		f := newFakeStream(name, 1)
+		shard := f.shards[0].id
+		holdAsPeer(t, store, name, "victim", peerLive, shard)
+		stop := stealAsPeer(t, store, name, shard, "thief")
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
+			WithShardSyncInterval(time.Second))...)
+		// a lists the table once the thief's steal is there, and leaves the thief's lease alone.
+		eventually(t, 5*time.Second, "a running", func() bool { return len(a.Shards()) == 1 })
+		time.Sleep(ttl) // the thief live for a while: a reads nothing
+		require.Zero(t, reading(a), "a pending lease of a live thief was read")
+		stop() // the thief crashes during its wait
+		stopped := time.Now()
+		var reaped time.Time
+		thiefRow := name + "/" + ownerRowPrefix + "thief"
+		eventually(t, 10*time.Second, "a reads the shard", func() bool {
+			if l, err := store.Read(context.Background(), thiefRow); err == nil && l.Owner != "thief" && reaped.IsZero() {
+				reaped = time.Now()
+			}
+			return reading(a) == 1
+		})
+		read := time.Now()
+		require.False(t, reaped.IsZero(), "read before the thief's row was taken over")
+		t.Logf("thief silent at 0: row taken over after %v, shard read after %v", reaped.Sub(stopped), read.Sub(stopped))
+		require.GreaterOrEqual(t, read.Sub(stopped), stealWait(ttl), "read before the victim could have stopped")
+		require.Less(t, read.Sub(reaped), stealWait(ttl), "the wait for the victim began only at the takeover")
+	})
+}

@@ -42,6 +42,9 @@ type beatSeen struct {
 	row   lease.Lease // as last read; a zero Lease when absent
 	since time.Time   // when its counter was first read (the answer's arrival)
 	read  time.Time   // when it was last read
+	// missed: the row stood still for TTL/2 (a renewal missed), which a watcher's claim round
+	// has looked into once (pending.go)
+	missed bool
 }
 
 // peers is what this subscriber has seen of the other owners' heartbeat rows. Only the
@@ -134,8 +137,10 @@ func (c *coordinator) watchPeers(ctx context.Context) bool {
 	sort.Strings(owners)
 	start := sort.SearchStrings(owners, me) // the first owner after me, wrapping around
 	changed, live := false, 0
+	c.watched = c.watched[:0]
 	for i := 0; i < len(owners) && live < watchedPeers; i++ {
 		o := owners[(start+i)%len(owners)]
+		c.watched = append(c.watched, o)
 		b := c.peers.seen[o]
 		// Every TTL/3 (less half a claim tick, the granularity it is called at): so the renewal
 		// that set a counter is first read at most TTL/3 after it landed.
@@ -157,7 +162,12 @@ func (c *coordinator) watchPeers(ctx context.Context) bool {
 			changed = c.reap(ctx, o, b) || changed
 			continue
 		} else if still >= ttl/2 {
-			continue // it missed a renewal: watch the next one too
+			// It missed a renewal: watch the next one too, and list the table once, so that a
+			// pending lease it holds has the change row moved now rather than after its reap.
+			if !b.missed {
+				b.missed, changed = true, true
+			}
+			continue
 		}
 		live++
 	}
@@ -177,6 +187,16 @@ func (c *coordinator) nextReap(now time.Time) (time.Duration, bool) {
 			continue
 		}
 		if d := reapAfter(c.s.cfg.leaseTTL) - b.stillFor(now); d > 0 && d < wait {
+			wait, found = d, true
+		}
+	}
+	// And when a watched row will have stood still for TTL/2 (watchPeers then lists the table).
+	for _, o := range c.watched {
+		b := c.peers.seen[o]
+		if b == nil || b.gone(o) || b.missed {
+			continue
+		}
+		if d := c.s.cfg.leaseTTL/2 - b.stillFor(now); d > 0 && d < wait {
 			wait, found = d, true
 		}
 	}

@@ -80,6 +80,7 @@ type worker struct {
 	start      Position
 	startCkpt  bool      // start is the stored checkpoint
 	markAt     *Position // the shard has no checkpoint: the reader records where it opens
+	stolen     bool      // the lease was taken pending: read only after startDelay
 	startDelay time.Duration
 
 	// The watermark (checkpoint.go), under mu.
@@ -118,7 +119,10 @@ type worker struct {
 	listen listening // the ShardListener's calls so far (listener.go); life's goroutine only
 }
 
-func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
+// newWorker returns the worker of shard id, taken with lease l. A stolen (pending) lease is
+// read only stealWait after a change-row move that landed after the steal: after the move
+// known at after (pending.go), or, without one, after a move of its own.
+func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool, after time.Time) *worker {
 	w := &worker{
 		env:         env,
 		id:          id,
@@ -140,8 +144,13 @@ func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool) *worker {
 	w.st.Store(uint32(stateReading))
 	if stolen {
 		w.st.Store(uint32(stateStarting))
+		w.stolen = true
 		w.startDelay = stealWait(env.cfg.leaseTTL)
 		w.announce = true
+		if !after.IsZero() {
+			w.startDelay = max(0, stealWait(env.cfg.leaseTTL)-time.Since(after))
+			w.announce = false
+		}
 	}
 	w.readCtx, w.cancelRead = context.WithCancel(env.runCtx)
 	w.setWritten(l.Checkpoint)
@@ -171,7 +180,7 @@ func (w *worker) life() {
 	switch w.state() {
 	case stateDraining:
 		// A lease stolen and never read is left to expire: its previous owner may still read.
-		w.drain(w.startDelay > 0 && !read)
+		w.drain(w.stolen && !read)
 	case stateEnded: // also when a Close came as the shard ended
 		w.shardStopped(StopShardEnded) // called by the reader already, before SHARD_END
 		w.passBarrier()

@@ -31,7 +31,7 @@ type Subscriber struct {
 	log     *slog.Logger
 	metrics *metrics // OpenTelemetry instruments (metrics.go)
 	seeker  *Seeker
-	changes *changeRow // nil when the store cannot list one stream's rows (changes.go)
+	changes *changeRow // the stream's change row (changes.go)
 	// subscribedAt is when Subscribe was called: a shard without a checkpoint opens at the tip
 	// as of then (WithInitialPosition).
 	subscribedAt time.Time
