@@ -21,7 +21,8 @@ import (
 // still for reapAfter (reap.go), and its leases are then free. (An owner that released its row
 // is closing and releases its leases next: it counts until then.)
 // Every owner should hold floor(n/k) or ceil(n/k).
-//   - Take: free and expired leases, up to ceil(n/k).
+//   - Take: free and expired leases, up to ceil(n/k). (Balancing by load takes free leases by
+//     load, and those of owners that stopped by count too.)
 //   - Hand back: above ceil(n/k), the excess, cleanly (checkpoint, release), when an owner
 //     joined since the last round and every balance round.
 //   - Steal, one lease a balance round, from the most loaded other live owner (ties to the
@@ -36,6 +37,7 @@ type balanceIn struct {
 	now      time.Time              // when the table was read
 	readable []string               // shards that may be read now, sorted
 	leases   map[string]lease.Lease // shard leases by shard id
+	orphans  map[string]bool        // shards whose lease leases shows free because its owner stopped
 	beats    map[string]lease.Lease // heartbeat rows by owner
 	local    map[string]shardState  // the states of the shards held here, by shard id
 	taken    map[string]bool        // shards this subscriber took after the table was read
@@ -110,9 +112,12 @@ func planTake(in *balanceIn, r chooser) []string {
 	owners, mine := in.counts()
 	n, k := len(in.readable), in.sharers(owners)
 	room := (n+k-1)/k - mine
+	orphanRoom := 0
 	loads, mean, byLoad := in.byLoad(owners)
 	if byLoad {
-		room = 0
+		// The leases of an owner that stopped are taken by count as well: a crash's shards do
+		// not wait, unread, for the fleet's loads to settle; balancing by load moves them later.
+		orphanRoom, room = room, 0
 		if in.mayTakeByLoad(loads, mean) {
 			free := 0
 			for _, id := range in.readable {
@@ -130,14 +135,13 @@ func planTake(in *balanceIn, r chooser) []string {
 	shuffle(r, order)
 	var want []string
 	for _, id := range order {
-		if len(want) >= room {
-			break
-		}
 		l := in.leases[id]
 		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner || byLoad && in.load.moved[id] {
 			continue
 		}
-		want = append(want, id)
+		if len(want) < room || in.orphans[id] && len(want) < orphanRoom {
+			want = append(want, id)
+		}
 	}
 	return want
 }

@@ -15,6 +15,7 @@ type loadCase struct {
 	owners   map[string]float64
 	mine     map[int]float64
 	moved    []int
+	orphans  []int // shards shown free because their owner stopped
 	settling bool
 	// want: the shards handed back, in order; take: how many leases planTake returns (drawn
 	// from takeOf); steal: the owner stolen from, "" for none.
@@ -32,6 +33,10 @@ func (c loadCase) input(t *testing.T) *balanceIn {
 	}
 	for _, i := range c.moved {
 		in.load.moved[fmt.Sprintf("s%02d", i)] = true
+	}
+	in.orphans = map[string]bool{}
+	for _, i := range c.orphans {
+		in.orphans[fmt.Sprintf("s%02d", i)] = true
 	}
 	return in
 }
@@ -96,6 +101,18 @@ func TestPlanBalanceByLoad(t *testing.T) {
 		{planCase: planCase{name: "by load, take: not while a shard it took is not measured yet",
 			table: "me a a - -", beats: "me a", local: "R....", was: "="},
 			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}, settling: true},
+		{planCase: planCase{name: "by load, take: the shards of an owner that stopped, by count, even while settling",
+			table: "me a a - - -", beats: "me a", local: "R.....", was: "=", take: 2, takeOf: "4 5"},
+			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}, orphans: []int{4, 5}, settling: true},
+		{planCase: planCase{name: "by load, take: the shards of an owner that stopped, up to the count share",
+			table: "me a a - - - - -", beats: "me a", local: "R.......", was: "=", take: 3, takeOf: "3 4 5 6 7"},
+			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}, orphans: []int{3, 4, 5, 6, 7}, settling: true},
+		{planCase: planCase{name: "by load, take: at the count share, not the shards of an owner that stopped",
+			table: "me me me a a -", beats: "me a", local: "RRR...", was: "="},
+			owners: map[string]float64{"a": 2}, mine: map[int]float64{0: 5, 1: 5, 2: 5}, orphans: []int{5}},
+		{planCase: planCase{name: "by load, take: the least loaded, by load and by count",
+			table: "me a a - - -", beats: "me a", local: "R.....", was: "=", take: 2, takeOf: "3 4 5"},
+			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}, orphans: []int{4, 5}},
 		{planCase: planCase{name: "by load, take: more when many are free",
 			table: "me a - - - - - - - -", beats: "me a", local: "R.........", was: "=", take: 4, takeOf: "2 3 4 5 6 7 8 9"},
 			owners: map[string]float64{"a": 20}, mine: map[int]float64{0: 5}},

@@ -68,13 +68,15 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	}
 	c.reconcile(ctx, v, sent, me)
 	planned := make(map[string]lease.Lease, len(v.leases))
+	orphans := map[string]bool{}
 	for id, l := range v.leases {
 		if v.dead[l.Owner] {
 			l.Owner, l.Expiry = "", time.Time{} // free: its owner stopped
+			orphans[id] = true
 		}
 		planned[id] = l
 	}
-	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, beats: c.liveness(v, me),
+	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, orphans: orphans, beats: c.liveness(v, me),
 		local: s.table.states(v.readable), load: s.env.loads.view(c.peers.seen)}
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
 	var mu sync.Mutex
@@ -103,7 +105,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	v.hungry = in.hungry(len(want), len(taken))
 	c.live = p.live
 	c.handBack(p.handBack)
-	if p.steal != "" && c.take(ctx, p.steal, takeHow{steal: true, counter: p.counter, pending: true}) {
+	if p.steal != "" && c.take(ctx, p.steal, c.pendingHow(v, p.steal, takeHow{steal: true, counter: p.counter, pending: true})) {
 		s.log.Info("lease taken over for balance", logShard, p.steal, "from", p.victim)
 	}
 	return v
@@ -142,7 +144,8 @@ func boundFrom(l lease.Lease, t lease.Tenure) bool {
 	return l.Owner == t.Owner && l.Counter == t.Counter+1 && l.Expiry.IsZero()
 }
 
-// settleOwners works out, for every owner the round's leases name, whether it stopped: its
+// settleOwners works out, for every owner the round's leases name (as holders, or as the
+// victims pending leases protect: pending.go), whether it stopped: its
 // heartbeat row is absent (read on its own when the listing lacks it: an index listing may not
 // show a row just made), released or taken over. Rows that stood still for reapAfter are taken
 // over (reap.go). It records the owners that stopped in v.dead.
@@ -155,8 +158,14 @@ func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 		keep[owner] = true
 		c.peers.observe(owner, hb, v.recv)
 	}
+	var named []string // the owners the leases name, and the victims of pending ones
 	for _, l := range v.leases {
-		owner := l.Owner
+		named = append(named, l.Owner)
+		if t, ok := victimOf(l, v.now); ok {
+			named = append(named, t.Owner)
+		}
+	}
+	for _, owner := range named {
 		if owner == "" || owner == me || keep[owner] {
 			continue
 		}
@@ -253,7 +262,7 @@ func (c *coordinator) reconcile(ctx context.Context, v *view, sent time.Time, me
 		}
 		s.log.Info("lease held in the table but not read here: taken up", logShard, id)
 		l := v.leases[id]
-		c.take(ctx, id, c.after(id, l, takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)}))
+		c.take(ctx, id, c.pendingHow(v, id, takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)}))
 	}
 }
 
@@ -273,6 +282,9 @@ type takeHow struct {
 	// after, for a pending take, is when a change-row move was first known to have landed
 	// after the pending holding the listing showed (pending.go); zero when none is.
 	after time.Time
+	// victim, for a pending steal, is the holder its wait protects, noted on the lease
+	// (pending.go); zero when not known.
+	victim lease.Tenure
 }
 
 // howToTake says how to take the lease of shard id, which planTake chose.
@@ -282,9 +294,9 @@ func (c *coordinator) howToTake(v *view, id, me string) takeHow {
 	case l.Owner == "":
 		return takeHow{counter: l.Counter}
 	case l.Owner == me:
-		return c.after(id, l, takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)})
+		return c.pendingHow(v, id, takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)})
 	case v.dead[l.Owner]:
-		return c.after(id, l, takeHow{steal: true, counter: l.Counter, pending: pendingAt(l, v.now)})
+		return c.pendingHow(v, id, takeHow{steal: true, counter: l.Counter, pending: pendingAt(l, v.now)})
 	}
 	return takeHow{counter: l.Counter} // shown free to planTake but held: the Acquire fails
 }
@@ -323,9 +335,13 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 	defer cancel()
 	var ok bool
 	var err error
-	if how.steal {
+	note, noted := noteVictim(how.counter+1, how.victim)
+	switch {
+	case how.steal && how.pending && noted && s.stealNote != nil:
+		ok, err = s.stealNote(cctx, key, me, how.counter, ttl, note)
+	case how.steal:
 		ok, err = s.cfg.store.Steal(cctx, key, me, how.counter, ttl)
-	} else {
+	default:
 		ok, err = s.cfg.store.Acquire(cctx, key, me, ttl)
 	}
 	if err != nil && ctx.Err() == nil {

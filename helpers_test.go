@@ -537,7 +537,14 @@ func stealAsPeer(t testing.TB, store lease.Store, stream, shard, owner string) (
 	stop = livePeer(t, store, stream, owner)
 	l, err := store.Read(ctx, stream+"/"+shard)
 	require.NoError(t, err)
-	ok, err := store.Steal(ctx, l.Key, owner, l.Counter, pendingTTL)
+	// As a subscriber steals: noting the holding stolen, where the store keeps notes.
+	var ok bool
+	note, noted := noteVictim(l.Counter+1, l.Tenure())
+	if ns, canNote := store.(lease.NoteStealer); canNote && noted {
+		ok, err = ns.StealNote(ctx, l.Key, owner, l.Counter, pendingTTL, note)
+	} else {
+		ok, err = store.Steal(ctx, l.Key, owner, l.Counter, pendingTTL)
+	}
 	require.NoError(t, err)
 	require.True(t, ok, "steal of %s", shard)
 	change := stream + "/" + changesRow

@@ -2,6 +2,8 @@ package kinesub
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -137,12 +139,23 @@ func (p *pendingNotes) toBump(silent func(owner string) bool) bool {
 	return bump
 }
 
-// after adds to a pending take of shard id, listed as l, when a move after l's holding was
-// first known.
-func (c *coordinator) after(id string, l lease.Lease, how takeHow) takeHow {
-	if how.pending {
-		how.after = c.s.changes.pending.movedAfter(id, l.Tenure())
+// pendingHow completes a pending take of shard id's lease, as the round's listing v shows it:
+// the victim it protects, and when a move after the listed holding was first known. A pending
+// lease whose victim stopped is taken bound instead, and read at once.
+func (c *coordinator) pendingHow(v *view, id string, how takeHow) takeHow {
+	if !how.pending {
+		return how
 	}
+	l := v.leases[id]
+	if t, ok := victimToNote(l, v.now); ok {
+		if pendingAt(l, v.now) && v.dead[t.Owner] {
+			c.s.log.Info("pending lease whose previous reader stopped: read at once", logShard, id, "previous", t.Owner)
+			how.pending = false
+			return how
+		}
+		how.victim = t
+	}
+	how.after = c.s.changes.pending.movedAfter(id, l.Tenure())
 	return how
 }
 
@@ -167,4 +180,62 @@ func (c *coordinator) bumpPending(ctx context.Context) bool {
 	s.log.Info("pending lease of a silent owner: change row moved, so that its previous holder's time runs")
 	s.changed(ctx)
 	return true
+}
+
+// The holder a pending lease protects, written on the lease.
+//
+// A pending lease's wait protects one holder only: the last that bound the lease (its
+// victim). The holders in between took it pending and never read it. So a pending steal notes
+// on the lease, in the same write (lease.NoteStealer), the holding it was written at and the
+// victim: the holding it stole when that was bound, or the victim the pending holding it stole
+// noted. A taker that finds the victim stopped (its heartbeat row gone or taken over, as for
+// the owner of a bound lease: claim.go) has nobody to wait for, and takes the lease bound and
+// reads at once: a thief that crashed or closed during its wait then costs nothing more once
+// the victim's silence is established.
+//
+// The note names the counter it was written at, so that a note left by an earlier write (no
+// write but a StealNote changes a note: a store without notes, or a subscriber that writes
+// none) is not taken for this holding's.
+
+// victimNote is the note format: "victim/1 <counter written at> <victim's counter> <victim>".
+const victimNote = "victim/1 %d %d "
+
+// noteVictim returns the note of a pending steal written at counter whose victim is v, and
+// false when it would be longer than a note may be.
+func noteVictim(counter int64, v lease.Tenure) (string, bool) {
+	n := fmt.Sprintf(victimNote, counter, v.Counter) + v.Owner
+	return n, len(n) <= lease.MaxNote && v.Owner != ""
+}
+
+// victimOf returns the holder a lease's pending holding protects, as its note names it, and
+// false when l is not pending at now or its note is not this holding's.
+func victimOf(l lease.Lease, now time.Time) (lease.Tenure, bool) {
+	if !pendingAt(l, now) || !strings.HasPrefix(l.Note, "victim/1 ") {
+		return lease.Tenure{}, false
+	}
+	var at, counter int64
+	if n, err := fmt.Sscanf(l.Note, victimNote, &at, &counter); err != nil || n != 2 || at != l.Counter {
+		return lease.Tenure{}, false
+	}
+	// The owner is what follows the third space: names may hold spaces.
+	rest := l.Note
+	for range 3 {
+		_, rest, _ = strings.Cut(rest, " ")
+	}
+	if rest == "" || counter >= at {
+		return lease.Tenure{}, false
+	}
+	return lease.Tenure{Owner: rest, Counter: counter}, true
+}
+
+// victimToNote returns the victim a pending steal of l protects: l's holding when it is bound,
+// or the victim l's pending holding protects; false when neither is known.
+func victimToNote(l lease.Lease, now time.Time) (lease.Tenure, bool) {
+	if pendingAt(l, now) {
+		return victimOf(l, now)
+	}
+	if l.Owner == "" {
+		return lease.Tenure{}, false
+	}
+	return l.Tenure(), true
 }

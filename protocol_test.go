@@ -226,3 +226,51 @@ func TestPendingLeaseOfSilentThiefWaitsDuringReap(t *testing.T) {
 		require.Less(t, read.Sub(reaped), stealWait(ttl), "the wait for the victim began only at the takeover")
 	})
 }
+
+// TestPendingLeaseOfStoppedVictimReadAtOnce: a lease stolen pending from an owner that then
+// stopped (its heartbeat row gone), by a thief that crashed during its wait, is read as soon as
+// the thief's row is taken over: the only reader its wait protected has stopped. (It was read
+// stealWait later, which a chain of thieves closing or crashing during their waits paid again
+// each time.)
+func TestPendingLeaseOfStoppedVictimReadAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name, ttl = "pendingvictim", 3 * time.Second
+		ctx := context.Background()
+		store := lease.NewMemory()
+		f := newFakeStream(name, 1)
+		shard := f.shards[0].id
+		stopVictim := livePeer(t, store, name, "victim")
+		ok, err := store.Acquire(ctx, name+"/"+shard, "victim", 0)
+		require.NoError(t, err)
+		require.True(t, ok)
+		stopThief := stealAsPeer(t, store, name, shard, "thief")
+		l := readLease(t, store, name, shard)
+		v, noted := victimOf(l, time.Now())
+		require.True(t, noted, "the steal noted no victim: %q", l.Note)
+		require.Equal(t, lease.Tenure{Owner: "victim", Counter: l.Counter - 1}, v)
+		// The victim stops and its row goes; then the thief crashes during its wait.
+		stopVictim()
+		victimRow := name + "/" + ownerRowPrefix + "victim"
+		hb, err := store.Read(ctx, victimRow)
+		require.NoError(t, err)
+		_, err = store.Release(ctx, victimRow, hb.Tenure())
+		require.NoError(t, err)
+		stopThief()
+		stopped := time.Now()
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithLeaseTTL(ttl),
+			WithShardSyncInterval(time.Second))...)
+		var reaped time.Time
+		thiefRow := name + "/" + ownerRowPrefix + "thief"
+		eventually(t, 10*time.Second, "a reads the shard", func() bool {
+			if l, err := store.Read(ctx, thiefRow); err == nil && l.Owner != "thief" && reaped.IsZero() {
+				reaped = time.Now()
+			}
+			return reading(a) == 1
+		})
+		read := time.Now()
+		require.False(t, reaped.IsZero(), "read before the thief's row was taken over")
+		t.Logf("thief silent at 0: row taken over after %v, shard read after %v", reaped.Sub(stopped), read.Sub(stopped))
+		require.Less(t, read.Sub(reaped), stealWait(ttl)/3, "a waited for a victim that had stopped")
+		require.Equal(t, a.cfg.owner, readLease(t, store, name, shard).Owner)
+	})
+}

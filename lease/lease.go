@@ -53,7 +53,8 @@ type Lease struct {
 	// Checkpoint is where the lease's shard was read to.
 	Checkpoint Checkpoint
 	// Note is the text the last StealNote wrote (NoteStealer), empty if none did; no other
-	// write changes it. kinesub notes each subscriber's measured load on its heartbeat row.
+	// write changes it. kinesub notes each subscriber's measured load on its heartbeat row,
+	// and, on a lease it steals pending, the holder the steal's wait protects.
 	Note string
 }
 
@@ -168,7 +169,9 @@ type OrderedCheckpointer interface {
 // NoteStealer is implemented by stores that keep a short note on a lease, written with the
 // Steal that moves its counter: kinesub renews its heartbeat row with a Steal at the row's own
 // counter, and notes there, in the same write, the load its readers measure, so that peers
-// balance by load at no extra write. Both stores here implement it.
+// balance by load at no extra write; a steal of a shard's lease for balance notes whose reading
+// its wait protects, so that a later taker need not wait for a holder that stopped. Both
+// stores here implement it.
 type NoteStealer interface {
 	// StealNote is Steal that also sets the lease's Note to note (at most MaxNote bytes;
 	// longer is an error wrapping ErrInvalidArgument).

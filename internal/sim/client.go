@@ -27,6 +27,7 @@ var (
 	_ lease.Store               = (*Client)(nil)
 	_ lease.PrefixLister        = (*Client)(nil)
 	_ lease.OrderedCheckpointer = (*Client)(nil)
+	_ lease.NoteStealer         = (*Client)(nil)
 )
 
 // ErrTimeout is what a call whose answer never came returns: the write may have been applied,
@@ -132,6 +133,31 @@ func (c *Client) Steal(ctx context.Context, key, owner string, counter int64, tt
 		return false, invalid("Steal: negative ttl %v", ttl)
 	}
 	return c.write(ctx, func(now time.Time) op { return stealOp(key, owner, counter, ttl, now) })
+}
+
+// StealNote implements lease.NoteStealer.
+func (c *Client) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	if err := checkCall(ctx, "StealNote", key, owner, true); err != nil {
+		return false, err
+	}
+	if ttl < 0 {
+		return false, invalid("StealNote: negative ttl %v", ttl)
+	}
+	if len(note) > lease.MaxNote {
+		return false, invalid("StealNote: note of %d bytes, more than %d", len(note), lease.MaxNote)
+	}
+	return c.write(ctx, func(now time.Time) op {
+		o := stealOp(key, owner, counter, ttl, now)
+		apply := o.apply
+		o.apply = func(r *row, exists bool) bool {
+			if !apply(r, exists) {
+				return false
+			}
+			r.l.Note = note
+			return true
+		}
+		return o
+	})
 }
 
 // Renew implements lease.Store.
