@@ -27,6 +27,8 @@ type config struct {
 	ownerBase          string // WithOwner's name
 	batchSize          int
 	pollInterval       time.Duration
+	idlePollInterval   time.Duration // meaningful once idlePollSet; else 2 × pollInterval
+	idlePollSet        bool
 	shardSyncInterval  time.Duration
 	leaseTTL           time.Duration
 	createShards       int // 0: do not create
@@ -109,14 +111,19 @@ func (c *config) validate() error {
 		return optionError("WithBufferPages", c.bufferPages, fmt.Sprintf("must be between 0 and %d", maxBufferPages))
 	case c.requestTimeout < minTimeout || c.requestTimeout > maxTimeout:
 		return optionError("WithRequestTimeout", c.requestTimeout, fmt.Sprintf("must be between %v and %v", minTimeout, maxTimeout))
+	case c.idlePollSet && (c.idlePollInterval < c.pollInterval || c.idlePollInterval > maxInterval):
+		return optionError("WithIdlePollInterval", c.idlePollInterval, fmt.Sprintf("must be between the poll interval (%v) and %v", c.pollInterval, maxInterval))
 	case c.balanceSet && (c.balanceInterval < minInterval || c.balanceInterval > maxInterval):
 		return optionError("WithBalanceInterval", c.balanceInterval, fmt.Sprintf("must be between %v and %v", minInterval, maxInterval))
 	case c.store == nil:
 		return errNoLeaseStore
 	}
-	// The one default that follows another option's value.
+	// The defaults that follow another option's value.
 	if !c.balanceSet {
 		c.balanceInterval = 2 * c.leaseTTL
+	}
+	if !c.idlePollSet {
+		c.idlePollInterval = min(2*c.pollInterval, maxInterval)
 	}
 	return nil
 }
@@ -180,6 +187,17 @@ func WithBatchSize(n int) Option { return func(c *config) { c.batchSize = n } }
 // After a non-empty response the reader polls again at once, within the per-shard rate limit.
 // Range 1ms to 1h.
 func WithPollInterval(d time.Duration) Option { return func(c *config) { c.pollInterval = d } }
+
+// WithIdlePollInterval sets how long a reader waits after an empty GetRecords response once its
+// shard has gone quiet: quietAfter (10) empty responses in a row at the tip of the shard
+// (MillisBehindLatest 0). The first record read sets it back to WithPollInterval. It
+// overrides the default, twice the poll interval (2s by default): a quiet shard costs half the
+// calls, and a record that ends a quiet spell waits up to this long instead of up to the poll
+// interval. Shards shows a quiet shard (ShardStatus.Quiet). Setting it to the poll interval
+// polls every shard alike. Range: the poll interval to 1h.
+func WithIdlePollInterval(d time.Duration) Option {
+	return func(c *config) { c.idlePollInterval, c.idlePollSet = d, true }
+}
 
 // WithShardSyncInterval sets how often the shard list is refreshed to find new shards (after a
 // split or a merge) and free leases, overriding the default 10s. Range 1ms to 1h.

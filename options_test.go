@@ -36,6 +36,8 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 		{WithBatchSize(10001), "WithBatchSize"},
 		{WithPollInterval(0), "WithPollInterval"},
 		{WithPollInterval(2 * time.Hour), "WithPollInterval"},
+		{WithIdlePollInterval(500 * time.Millisecond), "WithIdlePollInterval"}, // below the 1s poll interval
+		{WithIdlePollInterval(2 * time.Hour), "WithIdlePollInterval"},
 		{WithShardSyncInterval(-time.Second), "WithShardSyncInterval"},
 		{WithLeaseTTL(time.Millisecond), "WithLeaseTTL"},
 		{WithLeaseTTL(2 * time.Hour), "WithLeaseTTL"},
@@ -106,7 +108,8 @@ func TestDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.batchSize != 1000 || c.pollInterval != time.Second || c.shardSyncInterval != 10*time.Second ||
-		c.leaseTTL != 10*time.Second || c.checkpointInterval != 5*time.Second || c.balanceInterval != 20*time.Second {
+		c.leaseTTL != 10*time.Second || c.checkpointInterval != 5*time.Second || c.balanceInterval != 20*time.Second ||
+		c.idlePollInterval != 2*time.Second {
 		t.Errorf("defaults changed: %+v", c)
 	}
 	if c.owner == "" || c.logger == nil {

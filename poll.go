@@ -11,6 +11,11 @@ import (
 	"github.com/gostream/kinesub/internal/kinesisiface"
 )
 
+// quietAfter is how many empty pages in a row at the tip of its shard make a shard quiet: it is
+// then polled at the idle poll interval until a page brings records. At the default 1s poll
+// interval, a shard is quiet after about 10s without records.
+const quietAfter = 10
+
 // Service limits a poller keeps to on its shard.
 const (
 	getRecordsPerSecond = 5                // GetRecords calls per second per shard
@@ -27,22 +32,24 @@ type poller struct {
 	shard   string
 	timeout time.Duration // of each call (WithRequestTimeout)
 	idle    time.Duration // the wait after an empty page (WithPollInterval)
+	quiet   time.Duration // the wait after an empty page once the shard is quiet (WithIdlePollInterval)
+	empties int           // empty pages in a row at the tip of the shard
 	iter    *string
 	calls   *rate.Limiter
 	bytes   *rate.Limiter
 	paced   bool // pace has waited for the next call's turn
 }
 
-func newPoller(client kinesisiface.Kinesis, stream streamRef, shard string, timeout, idle time.Duration) *poller {
+func newPoller(client kinesisiface.Kinesis, stream streamRef, shard string, timeout, idle, quiet time.Duration) *poller {
 	return &poller{
-		client: client, stream: stream, shard: shard, timeout: timeout, idle: idle,
+		client: client, stream: stream, shard: shard, timeout: timeout, idle: idle, quiet: max(quiet, idle),
 		calls: rate.NewLimiter(getRecordsPerSecond, 1),
 		bytes: rate.NewLimiter(bytesPerSecond, bytesBurst),
 	}
 }
 
 func (p *poller) open(ctx context.Context, at Position) error {
-	p.iter = nil
+	p.iter, p.empties = nil, 0
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	out, err := p.client.GetShardIterator(cctx, at.iteratorInput(p.stream, p.shard), noRetry)
@@ -94,8 +101,21 @@ func (p *poller) next(ctx context.Context, limit int) (page, error) {
 			pg.pause = res.Delay()
 		}
 	}
+	// A shard that stays empty at its tip is polled less often; the first record, or a page
+	// behind the tip (a reopened iterator, a backlog), ends the quiet spell.
+	switch {
+	case len(out.Records) > 0 || pg.millisBehind > 0 || pg.end:
+		p.empties = 0
+	case p.empties < quietAfter:
+		p.empties++
+	}
 	if len(out.Records) == 0 && !pg.end {
-		pg.pause = max(pg.pause, p.idle)
+		pg.quiet = p.empties >= quietAfter && p.quiet > p.idle
+		if pg.quiet {
+			pg.pause = max(pg.pause, p.quiet)
+		} else {
+			pg.pause = max(pg.pause, p.idle)
+		}
 	}
 	p.iter = out.NextShardIterator
 	return pg, nil

@@ -87,6 +87,7 @@ func (r *reader) loop() bool {
 		r.attempt = 0
 		w.throttled.Store(false)
 		w.millisBehind.Store(pg.millisBehind)
+		w.quiet.Store(pg.quiet)
 		if n := len(pg.records); n > 0 {
 			size := 0
 			for i := range pg.records {

@@ -112,6 +112,7 @@ type worker struct {
 	// What the reader saw last, for Shards and the metrics.
 	millisBehind atomic.Int64
 	throttled    atomic.Bool
+	quiet        atomic.Bool // the source polls at the idle poll interval (page.quiet)
 	rejected     atomic.Bool // Kinesis refuses the stored checkpoint (ErrCheckpointRejected)
 
 	failing atomic.Pointer[FailingRecord] // the record Process has retried longest; for Shards

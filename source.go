@@ -34,8 +34,12 @@ type page struct {
 	end      bool
 	children []string
 	// pause is how long the reader waits before the next page: the poll interval after an empty
-	// page, or the time a very large page's bytes take from the shard's read budget.
+	// page (the idle poll interval once the shard is quiet), or the time a very large page's
+	// bytes take from the shard's read budget.
 	pause time.Duration
+	// quiet: the source polls the shard at its idle interval, after quietAfter empty pages in a
+	// row at the tip.
+	quiet bool
 }
 
 // sourceError is a failed call of a shard source.

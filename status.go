@@ -51,6 +51,9 @@ type ShardStatus struct {
 	MillisBehindLatest        int64 `json:"millis_behind_latest"`        // from the last GetRecords
 	Throttled                 bool  `json:"throttled"`                   // the last read was throttled
 	Checkpoints               int64 `json:"checkpoint_writes,omitempty"` // writes made by this reader
+	// Quiet: the shard has had no records at its tip for a while, and is polled every
+	// WithIdlePollInterval until one comes.
+	Quiet bool `json:"quiet,omitempty"`
 	// OldestUnsettled is the sequence number of the oldest delivery not yet acked, the one
 	// that holds the checkpoint back, and OldestUnsettledMillis how long ago it was fetched;
 	// empty and 0 when everything fetched is settled. WithMaxInFlight counts from it, so a
@@ -95,6 +98,7 @@ func (w *worker) describe(st *ShardStatus) {
 	}
 	st.MillisBehindLatest = w.millisBehind.Load()
 	st.Throttled = w.throttled.Load()
+	st.Quiet = w.quiet.Load()
 	st.WaitingForAcks = w.waitingRoom.Load()
 	st.Checkpoints = w.checkpoints.Load()
 	st.Failing = w.processStatus()
