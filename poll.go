@@ -52,7 +52,7 @@ func (p *poller) open(ctx context.Context, at Position) error {
 	p.iter, p.empties = nil, 0
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	out, err := p.client.GetShardIterator(cctx, at.iteratorInput(p.stream, p.shard), noRetry)
+	out, err := p.client.GetShardIterator(cctx, at.iteratorInput(p.stream, p.shard), noRetry, cachedEndpoints)
 	if err != nil {
 		return &sourceError{op: OpGetShardIterator, err: err}
 	}
@@ -81,7 +81,7 @@ func (p *poller) next(ctx context.Context, limit int) (page, error) {
 	}
 	p.paced = false
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit)), StreamARN: p.stream.streamARN()}, noRetry, fastRecordsUpTo(limit))
+	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit)), StreamARN: p.stream.streamARN()}, noRetry, fastRecordsUpTo(limit), cachedEndpoints)
 	cancel()
 	if err != nil {
 		return page{}, &sourceError{op: OpGetRecords, err: err}
