@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +34,7 @@ var (
 	fleetPoll      = flag.Duration("fleet-poll", time.Second, "poll interval of the fleet's instances and of the bare loop")
 	fleetBound     = flag.Duration("fleet-bound", 10*time.Minute, "how long the fleet may take to deliver everything and balance")
 	fleetIdle      = flag.Duration("fleet-idle", 10*time.Second, "how long idle CPU is measured, for kinesub and for the bare loop")
+	fleetProfile   = flag.String("fleet-cpuprofile", "", "write CPU profiles of the idle windows to this path with .kinesub and .bare appended")
 )
 
 // cutStore is one instance's view of the shared memory store; once cut, every call fails, as
@@ -131,6 +134,8 @@ type fleet struct {
 	delivered int
 	acked     map[string]string // shard/sequence → owner that acknowledged it
 	twice     int               // acknowledged records delivered again
+	timing    bool              // note each delivery's latency in lat
+	lat       []time.Duration   // from each record's arrival to its delivery, while timing
 }
 
 func (f *fleet) add(ctx context.Context, kc *kinesis.Client, stream, owner string, mem *lease.Memory) error {
@@ -146,6 +151,9 @@ func (f *fleet) add(ctx context.Context, kc *kinesis.Client, stream, owner strin
 			key := fmt.Sprintf("%s/%s/%d", msg.ShardID(), msg.SequenceNumber(), msg.SubSequenceNumber())
 			f.mu.Lock()
 			f.delivered++
+			if f.timing {
+				f.lat = append(f.lat, time.Since(msg.ArrivalTime()))
+			}
 			if _, ok := f.acked[key]; ok {
 				f.twice++
 			}
@@ -301,15 +309,38 @@ func fleetFigures() error {
 		return err
 	}
 
-	// Steady and idle: heap, goroutines, CPU.
+	// Steady and idle: heap, goroutines, CPU, once every shard is quiet (WithIdlePollInterval).
+	if err := f.untilQuiet(len(shards)); err != nil {
+		return err
+	}
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	heapPer := float64(int64(ms.HeapAlloc)-int64(heap0)) / float64(len(shards))
 	gPer := float64(runtime.NumGoroutine()-g0) / float64(len(shards))
+	stop, err := startProfile(*fleetProfile, ".kinesub")
+	if err != nil {
+		return err
+	}
 	c0 := cpuTime()
 	time.Sleep(*fleetIdle)
+	stop()
 	idle := float64((cpuTime() - c0).Nanoseconds()) / 1e3 / (float64(len(shards)) * fleetIdle.Seconds())
 	fmt.Printf("  heap %.1f KiB and %.2f goroutines per shard\n", heapPer/1024, gPer)
+
+	// The latency a quiet spell adds: one record per shard (on average) after the idle window,
+	// when every shard is quiet, then as many again while the shards are not quiet yet.
+	quiet, err := f.latencies(child, stream, len(shards))
+	if err != nil {
+		return err
+	}
+	time.Sleep(3 * *fleetPoll)
+	busy, err := f.latencies(child, stream, len(shards))
+	if err != nil {
+		return err
+	}
+	n += 2 * len(shards)
+	fmt.Printf("  arrival → delivery of the first record after a quiet spell (idle polls every %v): p50 %v, max %v; on shards not quiet (polls every %v): p50 %v, max %v\n",
+		2**fleetPoll, msDur(quantileDur(quiet, 0.5)), msDur(quantileDur(quiet, 1)), *fleetPoll, msDur(quantileDur(busy, 0.5)), msDur(quantileDur(busy, 1)))
 
 	// Cut a quarter off the store: the time until each of their shards has a live owner.
 	quarter := max(1, len(f.members)/4)
@@ -435,6 +466,11 @@ func bareIdleCPU(ctx context.Context, kc *kinesis.Client, stream string, shards 
 		}
 		its[i] = out.ShardIterator
 	}
+	stop, err := startProfile(*fleetProfile, ".bare")
+	if err != nil {
+		return 0, err
+	}
+	defer stop()
 	c0 := cpuTime()
 	end := time.Now().Add(*fleetIdle)
 	var wg sync.WaitGroup
@@ -458,4 +494,68 @@ func bareIdleCPU(ctx context.Context, kc *kinesis.Client, stream string, shards 
 		return 0, err
 	}
 	return float64((cpuTime() - c0).Nanoseconds()) / 1e3 / (float64(len(shards)) * fleetIdle.Seconds()), nil
+}
+
+// startProfile starts a CPU profile written to path+suffix, or nothing when path is empty; the
+// function it returns stops it.
+func startProfile(path, suffix string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path + suffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// latencies publishes n records and returns, once each is delivered, the time from each one's
+// arrival to its delivery.
+func (f *fleet) latencies(child *childServer, stream string, n int) ([]time.Duration, error) {
+	f.mu.Lock()
+	f.timing, f.lat = true, nil
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.timing = false
+		f.mu.Unlock()
+	}()
+	if err := child.publish(stream, n, 0, 100, 500); err != nil {
+		return nil, err
+	}
+	for end := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		f.mu.Lock()
+		got := slices.Clone(f.lat)
+		f.mu.Unlock()
+		if len(got) >= n {
+			return got, nil
+		}
+		if time.Now().After(end) {
+			return nil, fmt.Errorf("%d of %d records delivered in a minute", len(got), n)
+		}
+	}
+}
+
+// untilQuiet waits until the fleet reads n shards, each of them quiet.
+func (f *fleet) untilQuiet(n int) error {
+	for end := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		quiet := 0
+		for _, m := range f.members {
+			for _, st := range m.sub.Shards() {
+				if st.State == kinesub.ShardReading && st.Quiet {
+					quiet++
+				}
+			}
+		}
+		if quiet >= n {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("%d of %d shards quiet after 2 minutes", quiet, n)
+		}
+	}
 }
