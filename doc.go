@@ -45,8 +45,9 @@
 // interval, reads the stream's change row every second and its rows of the lease table when
 // that row moved (a peer released, stole or joined) or at the balance interval, and takes the
 // leases of readable shards up to its fair share. Each shard it holds gets a reader, which
-// polls GetRecords (at once after a non-empty batch, after the poll interval when idle, within
-// the service's 5 calls and 2 MB per second per shard), and a checkpoint flusher, which writes
+// polls GetRecords (at once after a non-empty batch, after the poll interval when idle, after
+// the idle poll interval once the shard has been empty at its tip for ten polls, within the
+// service's 5 calls and 2 MB per second per shard), and a checkpoint flusher, which writes
 // the checkpoint every checkpoint interval when it moved, whatever the consumer does. The
 // subscriber renews one heartbeat row every TTL/3 for all its shards, whose leases are bound to
 // it (see Several instances).

@@ -62,7 +62,8 @@ var consumerNameRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,128}$`)
 // registered consumer is billed per shard-hour and a stream has at most 20.
 //
 // Everything else is unchanged: leases, balancing, resharding, the watermark, checkpoints,
-// Seek, Shards and Close. WithPollInterval and WithBatchSize do not apply to fan-out reads.
+// Seek, Shards and Close. WithPollInterval, WithIdlePollInterval and WithBatchSize do not
+// apply to fan-out reads.
 // consumerName must be 1 to 128 characters of letters, digits, '_', '.' and '-'.
 func WithEnhancedFanOut(consumerName string) Option {
 	return func(c *config) {
