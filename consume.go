@@ -108,7 +108,7 @@ func (s *Subscriber) pull(ctx context.Context, drain func() pullState, fail func
 		case pullLeft:
 			return
 		case pullWait:
-			if s.del.hand.wait(ctx, s.done) {
+			if s.del.hand.await(ctx, s.done) {
 				continue
 			}
 		}

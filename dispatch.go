@@ -135,13 +135,8 @@ func (dl *delivery) dispatch() {
 		}
 		if d.held == nil {
 			if d.held = dl.hand.take(); d.held == nil {
-				select {
-				case page := <-dl.hand.in:
-					dl.hand.refill(page)
-				case req := <-dl.fence:
-					if d.answer(req) {
-						return
-					}
+				if d.awaitPage() {
+					return
 				}
 				continue
 			}
@@ -225,6 +220,47 @@ func (d *dispatcher) awaitTaken() bool {
 				return true
 			}
 		}
+	}
+	return false
+}
+
+// awaitPage waits for the next page, or a fence, and reports whether a fence stopped the
+// dispatcher. Meanwhile the consumer waits for records (utilization.go) once it has taken what
+// out holds: nothing signals that either, so while out holds records it looks as awaitTaken
+// does, after an eighth of the time waited so far (so that the wait counts from at most that
+// late), at least 20µs and at most 50ms apart.
+func (d *dispatcher) awaitPage() bool {
+	dl := d.d
+	select {
+	case page := <-dl.hand.in:
+		dl.hand.refill(page)
+		return false
+	default:
+	}
+	var start time.Time
+	for len(dl.out) > 0 {
+		if start.IsZero() {
+			start = time.Now()
+		}
+		d.timer.Reset(min(max(time.Since(start)/8, 20*time.Microsecond), 50*time.Millisecond))
+		select {
+		case page := <-dl.hand.in:
+			d.timer.Stop()
+			dl.hand.refill(page)
+			return false
+		case req := <-dl.fence:
+			d.timer.Stop()
+			return d.answer(req)
+		case <-d.timer.C:
+		}
+	}
+	dl.hand.util.waiting(true)
+	defer dl.hand.util.waiting(false)
+	select {
+	case page := <-dl.hand.in:
+		dl.hand.refill(page)
+	case req := <-dl.fence:
+		return d.answer(req)
 	}
 	return false
 }

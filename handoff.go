@@ -24,6 +24,7 @@ type handoff struct {
 	in     chan *fetched // readers → consumer, a page at a time
 	token  chan struct{} // holds one token; the consumer pulling has taken it
 	tenure *tenure       // the deadline; nil in tests of the hand-off alone
+	util   *utilMeter    // the consumer's utilization (utilization.go); nil in tests of the hand-off alone
 
 	rest *fetched // the current page: one shard, one generation; owned by the token's holder
 	next int      // rest's deliveries from next on are left to pull
@@ -129,6 +130,20 @@ func (h *handoff) discard() {
 		}
 		return
 	}
+}
+
+// await is wait for a consumer that pulls (All, Batches): the time it blocks is time the
+// consumer waited for records.
+func (h *handoff) await(ctx context.Context, stop <-chan struct{}) bool {
+	select {
+	case page := <-h.in:
+		h.refill(page)
+		return true
+	default:
+	}
+	h.util.waiting(true)
+	defer h.util.waiting(false)
+	return h.wait(ctx, stop)
 }
 
 // wait blocks until a page arrives (true), or ctx or stop ends first (false).

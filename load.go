@@ -21,8 +21,12 @@ import (
 // average out, short enough that a moved shard's load shows in its new owner's note before the
 // next balance round.
 
-// loadNote is the note format: "load/1 <bytes/s> <records/s>".
-const loadNote = "load/1 %d %d"
+// loadNote is the note format: "load/1 <bytes/s> <records/s> <utilization ‰>", the last the
+// consumer's utilization over the same window (utilization.go), in thousandths. Notes written
+// before it was added end after the records; a reader takes the fields it knows and ignores
+// any after them (fmt.Sscanf stops at the end of its format), so a note with more fields still
+// reads as a load.
+const loadNote = "load/1 %d %d %d"
 
 // movedRounds is how many balance rounds a shard that moved for load stays where it is: one
 // taken here in a round balanced by load is not handed back for load, and one handed back from
@@ -135,6 +139,7 @@ func (m *shardMeter) unmeasured(now time.Time, window time.Duration) bool {
 type loadBook struct {
 	window time.Duration // what rates are measured over
 	recent time.Duration // how long a moved shard stays put: movedRounds balance rounds
+	util   *utilMeter    // the consumer's utilization, over window
 
 	mu     sync.Mutex
 	byLoad bool                   // the last claim round likely balanced by load: every note a load, some not zero
@@ -143,7 +148,8 @@ type loadBook struct {
 }
 
 func newLoadBook(ttl, balance time.Duration) *loadBook {
-	return &loadBook{window: max(ttl/3, balance, 100*time.Millisecond), recent: movedRounds * balance,
+	window := max(ttl/3, balance, 100*time.Millisecond)
+	return &loadBook{window: window, recent: movedRounds * balance, util: newUtilMeter(time.Now(), window),
 		meters: map[string]*shardMeter{}, back: map[string]time.Time{}}
 }
 
@@ -189,20 +195,35 @@ func (b *loadBook) total() shardLoad {
 	return t
 }
 
-// note returns the heartbeat row's note: the load of every shard held here.
+// note returns the heartbeat row's note: the load of every shard held here, and the
+// consumer's utilization.
 func (b *loadBook) note() string {
 	t := b.total()
-	return fmt.Sprintf(loadNote, int64(math.Round(t.bytes)), int64(math.Round(t.records)))
+	return fmt.Sprintf(loadNote, int64(math.Round(t.bytes)), int64(math.Round(t.records)),
+		perMille(b.util.utilization(time.Now())))
 }
 
-// parseLoad reads a note written by note; ok is false for any other text (a store without
-// notes, a subscriber of an earlier version, a heartbeat row not renewed yet).
-func parseLoad(note string) (shardLoad, bool) {
-	var b, r int64
-	if n, err := fmt.Sscanf(note, loadNote, &b, &r); err != nil || n != 2 || b < 0 || r < 0 {
-		return shardLoad{}, false
+// noteLoad is what a note says: the load, and the utilization when the note carries one.
+type noteLoad struct {
+	shardLoad
+	util    float64 // 0 to 1
+	hasUtil bool    // false: a note written before utilizations were noted
+}
+
+// parseLoad reads a note written by note, or by a version that noted the load alone; ok is
+// false for any other text (a store without notes, a subscriber of an earlier version, a
+// heartbeat row not renewed yet).
+func parseLoad(note string) (noteLoad, bool) {
+	var b, r, u int64
+	n, err := fmt.Sscanf(note, loadNote, &b, &r, &u)
+	if n < 2 || b < 0 || r < 0 {
+		return noteLoad{}, false
 	}
-	return shardLoad{bytes: float64(b), records: float64(r)}, true
+	l := noteLoad{shardLoad: shardLoad{bytes: float64(b), records: float64(r)}}
+	if n == 3 && err == nil && u >= 0 && u <= 1000 {
+		l.util, l.hasUtil = float64(u)/1000, true
+	}
+	return l, true
 }
 
 // view returns what balancing needs of the loads: the owners' notes (seen: the heartbeat rows

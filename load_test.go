@@ -1,6 +1,7 @@
 package kinesub
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -33,4 +34,42 @@ func TestShardMeter(t *testing.T) {
 	assert.GreaterOrEqual(t, odd.rate(time.Now().Add(window)).records, 0.0)
 	assert.Nil(t, (*shardMeter)(nil), "a nil meter counts nothing")
 	(*shardMeter)(nil).add(nil)
+}
+
+// TestParseLoadNote: a note reads as a load with or without the utilization; a note written by
+// a version that noted the load alone reads as a load with no utilization, and a reader of that
+// version, which reads two fields, reads a note with the utilization as the same load.
+func TestParseLoadNote(t *testing.T) {
+	for _, c := range []struct {
+		note    string
+		ok      bool
+		want    noteLoad
+		comment string
+	}{
+		{"load/1 2048 20 350", true, noteLoad{shardLoad{2048, 20}, 0.35, true}, "this version"},
+		{"load/1 2048 20", true, noteLoad{shardLoad{2048, 20}, 0, false}, "an earlier version"},
+		{"load/1 2048 20 350 7", true, noteLoad{shardLoad{2048, 20}, 0.35, true}, "a later version's fields are ignored"},
+		{"load/1 2048 20 1001", true, noteLoad{shardLoad{2048, 20}, 0, false}, "a utilization out of range is not one"},
+		{"load/1 2048 20 x", true, noteLoad{shardLoad{2048, 20}, 0, false}, "nor is text"},
+		{"load/1 0 0 0", true, noteLoad{shardLoad{}, 0, true}, "idle"},
+		{"load/1 -1 20 350", false, noteLoad{}, "negative"},
+		{"load/1 2048", false, noteLoad{}, "too short"},
+		{"", false, noteLoad{}, "no note"},
+		{"load/2 1 2 3", false, noteLoad{}, "another format"},
+	} {
+		got, ok := parseLoad(c.note)
+		assert.Equal(t, c.ok, ok, c.comment)
+		assert.Equal(t, c.want, got, c.comment)
+	}
+
+	// An earlier version read notes so; it takes this version's as the load they carry.
+	var b, r int64
+	n, err := fmt.Sscanf("load/1 2048 20 350", "load/1 %d %d", &b, &r)
+	assert.NoError(t, err)
+	assert.Equal(t, []int64{2, 2048, 20}, []int64{int64(n), b, r})
+
+	book := newLoadBook(3*time.Second, 6*time.Second)
+	got, ok := parseLoad(book.note())
+	assert.True(t, ok)
+	assert.True(t, got.hasUtil, "a note written here carries the utilization: %q", book.note())
 }

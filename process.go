@@ -111,6 +111,7 @@ type processor struct {
 	cfg    processConfig
 	handle func(context.Context, *Message) error
 	met    *processMetrics
+	util   *utilMeter      // the consumer's utilization: the share of workers running handlers
 	ctx    context.Context // Process's: the handlers' contexts carry its values and deadline
 	ackCtx context.Context // the acks' (a write with WithCheckpointInterval(0)): not cancelled by stop
 
@@ -145,6 +146,8 @@ func newProcessor(ctx context.Context, s *Subscriber, cfg processConfig, handle 
 	}
 	p.met = met
 	p.ctx, p.ackCtx = ctx, context.WithoutCancel(ctx)
+	p.util = s.del.hand.util
+	p.util.set(cfg.concurrency, cfg.concurrency, time.Now()) // its workers are the consumer
 	if cfg.started != nil {
 		cfg.started(p)
 	}
@@ -171,6 +174,7 @@ func (p *processor) stop(rewind bool) {
 	}
 	p.mu.Unlock()
 	p.workers.Wait()
+	p.util.set(1, 0, time.Now()) // no consumer until the next
 
 	p.mu.Lock()
 	p.stopped = true

@@ -115,12 +115,13 @@ func (p *processor) work() {
 			continue
 		}
 		p.running++
+		start := time.Now()
+		p.util.set(p.cfg.concurrency, p.cfg.concurrency-p.running, start)
 		if p.ready.len() > 0 && p.wakes == 0 {
 			p.wake()
 		}
 		p.mu.Unlock()
 
-		start := time.Now()
 		acks = acks[:0]
 		var rs *runShare
 		if len(run) > 1 {
@@ -160,7 +161,8 @@ func (p *processor) work() {
 			}
 		}
 		p.ack(acks)
-		if took := time.Since(start); first == 0 && took < time.Duration(len(run))*fastHandler {
+		took := time.Since(start)
+		if first == 0 && took < time.Duration(len(run))*fastHandler {
 			size = min(2*size, maxRun)
 		} else {
 			size = 1
@@ -168,6 +170,7 @@ func (p *processor) work() {
 
 		p.mu.Lock()
 		p.running--
+		p.util.set(p.cfg.concurrency, p.cfg.concurrency-p.running, start.Add(took))
 		for i := first; i < owned; i++ {
 			r := &run[i]
 			if r.skipped {

@@ -165,6 +165,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	}
 	s.stealNote = metered.stealNote
 	s.del.hand.tenure = s.tenure
+	s.del.hand.util = s.env.loads.util
 	if err := s.join(ctx, false); err != nil {
 		s.stopRun()
 		s.stopBg()
