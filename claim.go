@@ -78,6 +78,7 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	}
 	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, orphans: orphans, beats: c.liveness(v, me),
 		local: s.table.states(v.readable), load: s.env.loads.view(c.peers.seen)}
+	c.noteFleet(in)
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
 	var mu sync.Mutex
 	taken := map[string]bool{}

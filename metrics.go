@@ -152,6 +152,8 @@ type metrics struct {
 	behind, inFlight, ifBytes metric.Int64ObservableGauge
 	held                      metric.Int64ObservableGauge
 	oldest                    metric.Float64ObservableGauge
+	util                      metric.Float64ObservableGauge
+	needed                    metric.Int64ObservableGauge
 	reg                       metric.Registration
 
 	mu     sync.Mutex
@@ -224,14 +226,21 @@ func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
 	m.oldest, e = meter.Float64ObservableGauge("kinesub.in_flight.oldest_age", metric.WithUnit("s"),
 		metric.WithDescription("How long ago the oldest delivery not yet settled was fetched, per shard held here (0 when none): a record that holds its shard's checkpoint back."))
 	add(e)
+	m.util, e = meter.Float64ObservableGauge("kinesub.consumer.utilization", metric.WithUnit("1"),
+		metric.WithDescription("Share of the last window (the longer of a third of the lease TTL and the balance interval) the consumer was not waiting for records: near 0 when it keeps up, 1 when records wait for it all the time; for Process, the share of its workers running handlers."))
+	add(e)
+	m.needed, e = meter.Int64ObservableGauge("kinesub.fleet.instances_needed", metric.WithUnit("{instance}"),
+		metric.WithDescription("Instances the fleet reading the stream needs for its consumers to run at the scale target (WithScaleTarget, 0.7 by default): ceil(sum of the live instances' kinesub.consumer.utilization / target), at least 1, at most the shards open for reading."))
+	add(e)
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("kinesub: metrics: %w", err)
 	}
 	return m, nil
 }
 
-// observe starts reporting the observed instruments from the shards that held returns.
-func (m *metrics) observe(held func() []*worker) error {
+// observe starts reporting the observed instruments from the shards that held returns, and
+// the consumer's utilization and the fleet's size from fleet (needed 0: not known yet).
+func (m *metrics) observe(held func() []*worker, fleet func() (util float64, needed int64)) error {
 	r, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		m.mu.Lock()
 		for _, st := range m.shards {
@@ -257,9 +266,14 @@ func (m *metrics) observe(held func() []*worker) error {
 			o.ObserveInt64(m.ifBytes, int64(b), w.stats.attrs)
 			o.ObserveInt64(m.behind, w.millisBehind.Load(), w.stats.attrs)
 		}
-		o.ObserveInt64(m.held, int64(len(ws)), metric.WithAttributeSet(attribute.NewSet(attrSystem.String(systemKinesis), m.stream)))
+		streamAttrs := metric.WithAttributeSet(attribute.NewSet(attrSystem.String(systemKinesis), m.stream))
+		o.ObserveInt64(m.held, int64(len(ws)), streamAttrs)
+		if u, needed := fleet(); needed > 0 {
+			o.ObserveFloat64(m.util, u, streamAttrs)
+			o.ObserveInt64(m.needed, needed, streamAttrs)
+		}
 		return nil
-	}, m.consumedC, m.acked, m.nacked, m.ackedLate, m.behind, m.inFlight, m.ifBytes, m.held, m.oldest)
+	}, m.consumedC, m.acked, m.nacked, m.ackedLate, m.behind, m.inFlight, m.ifBytes, m.held, m.oldest, m.util, m.needed)
 	if err != nil {
 		return fmt.Errorf("kinesub: metrics: %w", err)
 	}

@@ -48,6 +48,7 @@ type config struct {
 	clientRegion       string               // the Kinesis client's region; "" when unknown (a fake)
 	listener           ShardListener        // WithShardListener (listener.go)
 	tracerProvider     trace.TracerProvider // nil: no tracing (WithTracerProvider, tracing.go)
+	scaleTarget        float64              // WithScaleTarget
 	probes             *probeSet            // tests only (probe.go)
 
 	errs []error // collected while applying options, reported by validate
@@ -67,6 +68,7 @@ func defaultConfig() config {
 		owner:              defaultOwner(),
 		logger:             slog.New(slog.DiscardHandler),
 		meterProvider:      otel.GetMeterProvider(),
+		scaleTarget:        defaultScaleTarget,
 	}
 }
 
@@ -320,6 +322,24 @@ func WithRequestTimeout(d time.Duration) Option {
 // overriding the default of twice the lease TTL. Range 1ms to 1h.
 func WithBalanceInterval(d time.Duration) Option {
 	return func(c *config) { c.balanceInterval, c.balanceSet = d, true }
+}
+
+// WithScaleTarget sets the utilization the fleet's consumers should run at, from which each
+// subscriber works out the number of instances the fleet needs: the gauge
+// kinesub.fleet.instances_needed, ceil(Σ utilization / target) over the live instances, at
+// least 1 and at most the shards open for reading (the formula and how to scale a Deployment
+// on it are in the repository's docs/metrics.md). A consumer's utilization is the share of
+// time it was not waiting for records (kinesub.consumer.utilization). The default is 0.7:
+// headroom for bursts and for the shards a failed instance leaves. Every instance sharing a
+// lease table should use one target. Range (0, 1]: above 0 and at most 1.
+func WithScaleTarget(u float64) Option {
+	return func(c *config) {
+		if !(u > 0 && u <= 1) { // NaN too
+			c.reject("WithScaleTarget", u, "must be above 0 and at most 1")
+			return
+		}
+		c.scaleTarget = u
+	}
 }
 
 // WithStartAt opens every shard at p, ahead of any stored checkpoint: exactly a stream-wide

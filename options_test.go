@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,11 @@ func TestInvalidOptionsRejectedBeforeIO(t *testing.T) {
 		{WithStartAt(AtSequence("shardId-000000000000", "1")), "WithStartAt"},
 		{WithStartAt(Position{}), "WithStartAt"},
 		{WithInitialPosition(AtSequence("shardId-000000000000", "1")), "WithInitialPosition"},
+		{WithScaleTarget(0), "WithScaleTarget"},
+		{WithScaleTarget(-0.5), "WithScaleTarget"},
+		{WithScaleTarget(1.01), "WithScaleTarget"},
+		{WithScaleTarget(math.NaN()), "WithScaleTarget"},
+		{WithScaleTarget(math.Inf(1)), "WithScaleTarget"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := subscribe(context.Background(), noIO{t: t}, "orders", tc.opt)

@@ -42,6 +42,7 @@ type Subscriber struct {
 	tenure *tenure      // the heartbeat row and the readers' deadline (tenure.go)
 	del    *delivery    // readers → consumer: the hand-off and the Messages dispatcher (dispatch.go)
 	errs   *reporter    // Errors
+	fleet  fleetFigures // the fleet's size, for the metrics (scale.go)
 	// stealNote renews the heartbeat row, noting the load on it where the store keeps notes
 	// (load.go).
 	stealNote func(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error)
@@ -150,7 +151,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err := s.checkPeers(ctx); err != nil {
 		return nil, err
 	}
-	if err := m.observe(s.table.reading); err != nil {
+	if err := m.observe(s.table.reading, s.fleetNow); err != nil {
 		return nil, err
 	}
 	s.runCtx, s.stopRun = context.WithCancel(context.Background())
