@@ -186,7 +186,11 @@
 // and nacked, leases held and their transitions (acquired, stolen, lost, released,
 // handed_back), checkpoint writes, Process's handlers running, failed attempts, dead letters
 // and waits behind a key, and every Kinesis and lease store call by operation and outcome (ok,
-// throttled, error). They go to the global MeterProvider unless WithMeterProvider
+// throttled, error), and for autoscaling the consumer's utilization
+// (kinesub.consumer.utilization: the share of time it was not waiting for records) and the
+// instances the fleet needs to run at WithScaleTarget (kinesub.fleet.instances_needed:
+// ceil(sum of the live instances' utilizations / target), at least 1, at most the open
+// shards). They go to the global MeterProvider unless WithMeterProvider
 // (WithPublishMeterProvider for a Publisher) names another; the global one discards them until
 // the application installs an SDK. The repository's docs/metrics.md lists every metric and what
 // to alert on.
