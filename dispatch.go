@@ -228,7 +228,8 @@ func (d *dispatcher) awaitTaken() bool {
 // dispatcher. Meanwhile the consumer waits for records (utilization.go) once it has taken what
 // out holds: nothing signals that either, so while out holds records it looks as awaitTaken
 // does, after an eighth of the time waited so far (so that the wait counts from at most that
-// late), at least 20µs and at most 50ms apart.
+// late), at least 20µs and at most 250ms apart: a consumer that stopped receiving costs four
+// wake-ups a second.
 func (d *dispatcher) awaitPage() bool {
 	dl := d.d
 	select {
@@ -242,7 +243,7 @@ func (d *dispatcher) awaitPage() bool {
 		if start.IsZero() {
 			start = time.Now()
 		}
-		d.timer.Reset(min(max(time.Since(start)/8, 20*time.Microsecond), 50*time.Millisecond))
+		d.timer.Reset(min(max(time.Since(start)/8, 20*time.Microsecond), 250*time.Millisecond))
 		select {
 		case page := <-dl.hand.in:
 			d.timer.Stop()

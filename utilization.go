@@ -18,7 +18,10 @@ import (
 //   - Messages: the consumer waits once the dispatcher has nothing left to send and the
 //     channel's buffer is empty. The dispatcher cannot see the consumer take the buffer's last
 //     record, so it looks, as awaitTaken does: the wait counts from its look, an eighth of the
-//     time it waited for the buffer late at most.
+//     time it waited for the buffer late at most. Nor can it see the consumer finish with the
+//     record it took last: that handling counts as waiting. So with Messages the utilization
+//     reads low while records come a few at a time to a consumer that takes long over each,
+//     and right as it nears saturation, when records wait in the buffer.
 //   - Process: its WithConcurrency workers are the consumer; a worker is busy while it runs
 //     handlers (the times it reads around each run anyway), so the utilization is the mean
 //     share of workers busy.
