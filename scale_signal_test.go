@@ -194,3 +194,27 @@ func TestScaleSignalProcessWorkers(t *testing.T) {
 		r.end()
 	})
 }
+
+// TestScaleSignalInstanceWithoutUtilization: a live instance whose heartbeat row carries no
+// utilization (an earlier version) counts at the mean of those that do: beside a busy
+// instance, it makes the fleet's sum 2 and the instances needed ceil(2 / 0.7) = 3.
+func TestScaleSignalInstanceWithoutUtilization(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newFleetRun(t, 4)
+		livePeer(t, r.store, r.f.stream, "earlier-version")
+		r.join(func(ctx context.Context, sub *Subscriber) {
+			for m, err := range sub.All(ctx) {
+				if err != nil {
+					return
+				}
+				slowly(ctx, m)
+			}
+		})
+		r.waitFor("a busy instance and one counted at its mean, a fleet that needs 3", func(_ int, u, n float64) bool { return u >= 0.9 && n == 3 })
+		l, err := r.store.Read(context.Background(), r.f.stream+"/"+ownerRowPrefix+"earlier-version")
+		require.NoError(t, err)
+		_, hasLoad := parseLoad(l.Note)
+		require.False(t, hasLoad, "the peer's row carries a note: %q", l.Note)
+		r.end()
+	})
+}
