@@ -43,11 +43,15 @@ func sourceTable(t *testing.T, c *dynamodb.Client, hash, rangeKey string) string
 	return name
 }
 
+// numericAttrs are the attributes the source tables store as numbers.
+var numericAttrs = map[string]bool{"leaseCounter": true, "checkpointSubSequenceNumber": true,
+	"pendingCheckpointSubSequenceNumber": true, "lease_counter": true, "lease_expiry": true}
+
 func putItem(t *testing.T, c *dynamodb.Client, table string, attrs map[string]string) {
 	t.Helper()
 	item := map[string]ddbtypes.AttributeValue{}
 	for k, v := range attrs {
-		if k == "leaseCounter" || k == "checkpointSubSequenceNumber" {
+		if numericAttrs[k] {
 			item[k] = &ddbtypes.AttributeValueMemberN{Value: v}
 			continue
 		}

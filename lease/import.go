@@ -52,8 +52,9 @@ type ImportOption func(*Importer)
 // WithDryRun makes the import write nothing and report what it would write. Default off.
 func WithDryRun() ImportOption { return func(i *Importer) { i.dryRun = true } }
 
-// WithForce imports although the source table's workers look live (a lease counter changed
-// during the watch window). Default off: the import is refused, naming the live workers.
+// WithForce imports although the source table's workers look live: a KCL lease counter changed
+// during the watch window, or a crate lease has not expired. Default off: the import is
+// refused, naming the live workers.
 func WithForce() ImportOption { return func(i *Importer) { i.force = true } }
 
 // WithOverwrite replaces the checkpoint of a shard whose kinesub lease is held by a subscriber.

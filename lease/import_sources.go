@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -163,10 +164,19 @@ func (i *Importer) Harlow(ctx context.Context, client *dynamodb.Client, table, a
 }
 
 // Crate imports the checkpoints that the Rust crate ruststream-kinesis keeps in its DynamoDB
-// lease table into dst, as free leases. Its rows hold "lease_key" and "checkpoint" (a sequence
-// number or SHARD_END); the key is "<stream>:<shard id>" from 0.7 on, the bare shard id in 0.6,
-// whose rows are read only when legacy is true (they do not say which stream they belong to);
-// a shard with both keeps the 0.7 row.
+// lease table (DynamoLeaseStore) into dst, as free leases. Its rows hold "lease_key",
+// "lease_owner", "lease_expiry" (milliseconds since the Unix epoch), "lease_counter" and
+// "checkpoint": the sequence number of the last handled record, or SHARD_END. The key is
+// "<stream>:<shard id>" from 0.7 on, the bare shard id in 0.6, whose rows are read only when
+// legacy is true (they do not say which stream they belong to); as the crate itself does, a
+// shard whose 0.7 row holds no checkpoint takes its 0.6 row's.
+//
+// The crate stores no sub-sequence number: it does not deaggregate, refuses every KPL
+// aggregate as an error and never checkpoints on one, so its checkpoint always names a whole
+// record, and it resumes after that record. The import writes it as such (SubSequence 0). A row
+// holding a sub-sequence attribute, or a checkpoint the crate does not write (TRIM_HORIZON,
+// LATEST…), was not written by the crate: the import is refused. So is an import while a
+// crate instance holds a lease (an owner whose lease_expiry is still ahead), unless WithForce.
 func (i *Importer) Crate(ctx context.Context, client *dynamodb.Client, table, stream string, legacy bool, dst Store) (ImportReport, error) {
 	rep := ImportReport{Source: "crate", Stream: stream, DryRun: i.dryRun}
 	if err := i.validate(); err != nil {
@@ -179,27 +189,82 @@ func (i *Importer) Crate(ctx context.Context, client *dynamodb.Client, table, st
 	if err != nil {
 		return rep, err
 	}
-	byShard := map[string]sourceRow{}
-	current := map[string]bool{}
+	rows, skipped, live, err := crateRows(items, stream, legacy, i.now())
+	if err != nil {
+		return rep, fmt.Errorf("%w: %w", ErrImportRefused, err)
+	}
+	if len(live) > 0 && !i.force {
+		return rep, fmt.Errorf("%w: crate instances still hold leases of table %s: %s (stop them and wait for their leases to expire, or use WithForce)",
+			ErrImportRefused, table, strings.Join(live, ", "))
+	}
+	rep.Rows, rep.Skipped = len(items), skipped
+	return i.apply(ctx, rep, rows, dst)
+}
+
+// crateRows selects the rows of stream from a ruststream-kinesis lease table (0.7 keys, and
+// 0.6 keys when legacy) and reads their checkpoints; skipped counts the other rows, live names
+// the owners of the selected rows whose lease had not expired at now.
+func crateRows(items []map[string]types.AttributeValue, stream string, legacy bool, now time.Time) (rows []sourceRow, skipped int, live []string, err error) {
+	current, bare := map[string]sourceRow{}, map[string]sourceRow{}
+	owners := map[string]bool{}
+	var bad []string
 	for _, it := range items {
-		key, cp := attrS(it, "lease_key"), attrS(it, "checkpoint")
+		key := attrS(it, "lease_key")
+		var shard string
 		switch {
 		case strings.HasPrefix(key, stream+":"):
-			shard := key[len(stream)+1:]
-			byShard[shard], current[shard] = sourceRow{shard: shard, checkpoint: cp}, true
-		case legacy && !strings.Contains(key, ":") && !current[key]:
-			byShard[key] = sourceRow{shard: key, checkpoint: cp}
+			shard = key[len(stream)+1:]
+		case legacy && strings.HasPrefix(key, "shardId-"):
+			shard = key
 		default:
-			rep.Skipped++
+			skipped++
+			continue
+		}
+		for name := range it {
+			if n := strings.ToLower(strings.ReplaceAll(name, "_", "")); strings.Contains(n, "subseq") {
+				bad = append(bad, fmt.Sprintf("lease %s: attribute %s: the crate stores no sub-sequence, so this row was written by another consumer", key, name))
+			}
+		}
+		cp := attrS(it, "checkpoint")
+		if cp != "" && cp != ShardEnd && !isSequenceNumber(cp) {
+			bad = append(bad, fmt.Sprintf("lease %s: checkpoint %q is neither a sequence number nor SHARD_END, the only values the crate writes", key, cp))
+		}
+		if owner := attrS(it, "lease_owner"); owner != "" {
+			if ms, perr := strconv.ParseInt(attrN(it, "lease_expiry"), 10, 64); perr != nil || ms > now.UnixMilli() {
+				owners[owner] = true
+			}
+		}
+		r := sourceRow{shard: shard, checkpoint: cp}
+		if key == shard {
+			bare[shard] = r
+		} else {
+			current[shard] = r
 		}
 	}
-	rows := make([]sourceRow, 0, len(byShard))
-	for _, r := range byShard {
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return nil, 0, nil, errors.New(strings.Join(bad, "; "))
+	}
+	for shard, r := range bare {
+		// The crate reads a bare row only for a shard with no checkpoint under its own key.
+		if c, ok := current[shard]; ok && c.checkpoint != "" {
+			skipped++
+			continue
+		}
+		if _, ok := current[shard]; ok {
+			skipped++ // the 0.7 row without a checkpoint gives way to the 0.6 row
+		}
+		current[shard] = r
+	}
+	for _, r := range current {
 		rows = append(rows, r)
 	}
 	sort.Slice(rows, func(a, b int) bool { return rows[a].shard < rows[b].shard })
-	rep.Rows = len(items)
-	return i.apply(ctx, rep, rows, dst)
+	for o := range owners {
+		live = append(live, o)
+	}
+	sort.Strings(live)
+	return rows, skipped, live, nil
 }
 
 func checkImportArgs(ctx context.Context, client *dynamodb.Client, table, stream string, dst Store) error {

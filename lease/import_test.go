@@ -141,3 +141,63 @@ func TestImportApply(t *testing.T) {
 	l, _ = m.Read(ctx, "st/s1")
 	require.Equal(t, "200", l.Checkpoint.Sequence)
 }
+
+func crateItem(key, cp, owner string, expiry int64, extra ...string) map[string]types.AttributeValue {
+	it := map[string]types.AttributeValue{
+		"lease_key":     &types.AttributeValueMemberS{Value: key},
+		"lease_counter": &types.AttributeValueMemberN{Value: "4"},
+	}
+	if cp != "" {
+		it["checkpoint"] = &types.AttributeValueMemberS{Value: cp}
+	}
+	if owner != "" {
+		it["lease_owner"] = &types.AttributeValueMemberS{Value: owner}
+		it["lease_expiry"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(expiry, 10)}
+	}
+	for _, name := range extra {
+		it[name] = &types.AttributeValueMemberN{Value: "2"}
+	}
+	return it
+}
+
+func TestCrateRows(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	items := []map[string]types.AttributeValue{
+		crateItem("orders:shardId-000000000000", "100", "", 0),
+		crateItem("shardId-000000000000", "50", "", 0),         // 0.6, superseded by the 0.7 row
+		crateItem("orders:shardId-000000000001", "", "old", 1), // no checkpoint, an expired lease
+		crateItem("shardId-000000000001", "SHARD_END", "", 0),  // 0.6, taken: the 0.7 row has none
+		crateItem("shardId-000000000002", "300", "", 0),
+		crateItem("refunds:shardId-000000000000", "7", "live-1", now.UnixMilli()+1),
+		crateItem("orders/shardId-000000000003", "9", "", 0), // a kinesub key: not the crate's
+	}
+	rows, skipped, live, err := crateRows(items, "orders", true, now)
+	require.NoError(t, err)
+	require.Equal(t, []sourceRow{
+		{shard: "shardId-000000000000", checkpoint: "100"},
+		{shard: "shardId-000000000001", checkpoint: "SHARD_END"},
+		{shard: "shardId-000000000002", checkpoint: "300"},
+	}, rows, "the crate stores no sub-sequence: each checkpoint is a whole record")
+	require.Equal(t, 4, skipped, "another stream's row, the kinesub key, the superseded 0.6 row and the 0.7 row without checkpoint")
+	require.Empty(t, live, "an expired lease is no live instance; another stream's lease is not read")
+
+	rows, _, _, err = crateRows(items, "orders", false, now)
+	require.NoError(t, err)
+	require.Equal(t, []sourceRow{{shard: "shardId-000000000000", checkpoint: "100"}, {shard: "shardId-000000000001"}}, rows,
+		"without legacy the 0.6 rows are not read")
+
+	_, _, live, err = crateRows(items, "refunds", false, now)
+	require.NoError(t, err)
+	require.Equal(t, []string{"live-1"}, live)
+
+	for name, it := range map[string]map[string]types.AttributeValue{
+		"a sub-sequence attribute": crateItem("orders:shardId-000000000004", "100", "", 0, "checkpoint_subsequence"),
+		"the KCL's sub-sequence":   crateItem("orders:shardId-000000000004", "100", "", 0, "checkpointSubSequenceNumber"),
+		"a marker the crate lacks": crateItem("orders:shardId-000000000004", "TRIM_HORIZON", "", 0),
+		"not a sequence number":    crateItem("orders:shardId-000000000004", "12ab", "", 0),
+	} {
+		_, _, _, err := crateRows(append(items[:1:1], it), "orders", false, now)
+		require.Error(t, err, name)
+		require.ErrorContains(t, err, "shardId-000000000004", name)
+	}
+}

@@ -8,14 +8,14 @@
 //
 // Each wraps an importer of package lease (Importer.KCL, Importer.Harlow, Importer.Crate). Flags
 // common to all: -dry-run (report, write nothing), -force (import although the KCL's workers
-// look live), -overwrite (replace the checkpoint of a shard whose kinesub lease is held), -json.
+// or the crate's instances look live), -overwrite (replace the checkpoint of a shard whose kinesub lease is held), -json.
 // import-kcl also takes -watch (default 10s), -at-timestamp (RFC 3339, for AT_TIMESTAMP rows) and
 // -stream-id (account:stream:creationEpoch, for a multi-stream table).
 //
 // The region, the credentials and the endpoint come from the standard AWS environment
 // (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB…); -endpoint overrides the DynamoDB
 // endpoint. The kinesub table is created when missing. Stop the old consumer first: the
-// import refuses while the KCL's workers renew their leases.
+// import refuses while the KCL's workers renew their leases, or a crate lease has not expired.
 package main
 
 import (
@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	stream := fs.String("stream", "", "the stream name")
 	endpoint := fs.String("endpoint", "", "DynamoDB endpoint URL (default: from the AWS environment)")
 	dryRun := fs.Bool("dry-run", false, "report what would be written, write nothing")
-	force := fs.Bool("force", false, "import although the KCL's workers look live")
+	force := fs.Bool("force", false, "import although the KCL's workers or the crate's instances look live")
 	overwrite := fs.Bool("overwrite", false, "replace checkpoints of shards whose kinesub lease is held")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	var app, streamID, at string
