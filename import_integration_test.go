@@ -55,6 +55,10 @@ func putItem(t *testing.T, c *dynamodb.Client, table string, attrs map[string]st
 			item[k] = &ddbtypes.AttributeValueMemberN{Value: v}
 			continue
 		}
+		if k == "pendingCheckpointState" {
+			item[k] = &ddbtypes.AttributeValueMemberB{Value: []byte(v)}
+			continue
+		}
 		item[k] = &ddbtypes.AttributeValueMemberS{Value: v}
 	}
 	_, err := c.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: item})
@@ -80,8 +84,9 @@ func drainSorted(t *testing.T, sub *Subscriber, n int) []string {
 }
 
 // TestImportKCL: a KCL lease table in multi-stream mode, with a checkpoint inside a KPL
-// aggregate, one on a plain record and rows of another stream; after the import a subscriber
-// delivers exactly the records after each checkpoint, and a second import changes nothing.
+// aggregate (with a pending checkpoint, reported and not imported), one on a plain record and
+// rows of another stream; after the import a subscriber delivers exactly the records after
+// each committed checkpoint, and a second import changes nothing.
 func TestImportKCL(t *testing.T) {
 	ddb := testenv.DynamoDB(t)
 	s := newStream(t, 1)
@@ -89,7 +94,7 @@ func TestImportKCL(t *testing.T) {
 	s.put("k", []byte("p0"))
 	aggs := kplAggregate(t, users("a", 5))
 	seqA := s.putKPL(aggs[0], false)
-	s.put("k", []byte("p1"))
+	seqP1 := s.put("k", []byte("p1"))
 	s.put("k", []byte("p2"))
 
 	plain := newStream(t, 1)
@@ -98,7 +103,9 @@ func TestImportKCL(t *testing.T) {
 
 	kcl := sourceTable(t, ddb, "leaseKey", "")
 	putItem(t, ddb, kcl, map[string]string{"leaseKey": "123456789012:" + s.name + ":1700000000:" + shard,
-		"checkpoint": seqA, "checkpointSubSequenceNumber": "2", "leaseCounter": "7", "leaseOwner": "worker-1"})
+		"checkpoint": seqA, "checkpointSubSequenceNumber": "2", "leaseCounter": "7", "leaseOwner": "worker-1",
+		// A checkpoint the application prepared and never committed: reported, not imported.
+		"pendingCheckpoint": seqP1, "pendingCheckpointSubSequenceNumber": "0", "pendingCheckpointState": "app state"})
 	putItem(t, ddb, kcl, map[string]string{"leaseKey": "123456789012:" + plain.name + ":1700000000:" + shard,
 		"checkpoint": seqQ0, "checkpointSubSequenceNumber": "0", "leaseCounter": "3", "leaseOwner": "worker-2"})
 	putItem(t, ddb, kcl, map[string]string{"leaseKey": "123456789012:elsewhere:1700000000:" + shard,
@@ -111,6 +118,8 @@ func TestImportKCL(t *testing.T) {
 	rep, err := lease.NewImporter(lease.WithWatch(0), lease.WithDryRun()).KCL(ctx, ddb, kcl, s.name, store)
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Imported)
+	pending := []lease.PendingCheckpoint{{Shard: shard, Sequence: seqP1, State: true}}
+	require.Equal(t, pending, rep.Pending, "a dry run reports the prepared checkpoint")
 	all, err := store.List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, all, "a dry run writes nothing")
@@ -118,9 +127,11 @@ func TestImportKCL(t *testing.T) {
 	rep, err = imp.KCL(ctx, ddb, kcl, s.name, store)
 	require.NoError(t, err)
 	require.Equal(t, []int{3, 1, 2}, []int{rep.Rows, rep.Imported, rep.Skipped})
+	require.Equal(t, pending, rep.Pending)
 	rep, err = imp.KCL(ctx, ddb, kcl, plain.name, store)
 	require.NoError(t, err)
 	require.Equal(t, 1, rep.Imported)
+	require.Empty(t, rep.Pending)
 
 	before, err := store.List(ctx)
 	require.NoError(t, err)
@@ -136,7 +147,8 @@ func TestImportKCL(t *testing.T) {
 	require.Equal(t, before, after, "importing twice changes nothing")
 
 	sub := subscribeT(t, s, testOpts(store)...)
-	require.Equal(t, []string{"a3", "a4", "p1", "p2"}, payloads(recv(t, sub, 4, true)), "resumed after user record 2 of the aggregate")
+	require.Equal(t, []string{"a3", "a4", "p1", "p2"}, payloads(recv(t, sub, 4, true)),
+		"resumed after user record 2 of the aggregate, the committed checkpoint, not after the pending one")
 	none(t, sub)
 	sub2 := subscribeT(t, plain, testOpts(store)...)
 	require.Equal(t, []string{"q1"}, payloads(recv(t, sub2, 1, true)), "resumed after the plain record")

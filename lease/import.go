@@ -27,6 +27,21 @@ type ImportReport struct {
 	Skipped   int  // rows of other streams, and rows with no checkpoint to carry over
 	DryRun    bool // nothing was written
 	Shards    []ImportedShard
+	// Pending lists the shards whose source row also held a checkpoint the old consumer had
+	// prepared and not committed (the KCL's two-phase checkpoint). The committed checkpoint is
+	// the one imported: the records between the two are delivered again (at least once), and
+	// an application state stored with the prepared checkpoint is not carried over.
+	Pending []PendingCheckpoint
+}
+
+// PendingCheckpoint is a checkpoint prepared and not committed, as the source row stored it:
+// for the KCL, pendingCheckpoint, pendingCheckpointSubSequenceNumber and
+// pendingCheckpointState.
+type PendingCheckpoint struct {
+	Shard       string
+	Sequence    string // the prepared checkpoint, as stored (empty when only a state was stored)
+	SubSequence int64  // its sub-sequence number, as the KCL counts it: the last user record it covers
+	State       bool   // an application state was stored with it
 }
 
 // ImportedShard is one shard's row in an ImportReport.
@@ -96,6 +111,7 @@ type sourceRow struct {
 	shard, checkpoint string
 	sub               int64 // the last handled user record of an aggregate, as the KCL counts it
 	hasSub            bool
+	pending           *PendingCheckpoint // a checkpoint prepared and not committed, reported only
 }
 
 // translateCheckpoint turns a KCL-style checkpoint into kinesub's: ok false with no error when
@@ -162,6 +178,9 @@ func (i *Importer) apply(ctx context.Context, rep ImportReport, rows []sourceRow
 	var plans []plan
 	var bad []string
 	for _, r := range rows {
+		if r.pending != nil {
+			rep.Pending = append(rep.Pending, *r.pending)
+		}
 		cp, ok, err := translateCheckpoint(r, i.at, now)
 		if err != nil {
 			bad = append(bad, err.Error())
@@ -190,7 +209,7 @@ func (i *Importer) apply(ctx context.Context, rep ImportReport, rows []sourceRow
 		rep.Shards = append(rep.Shards, ImportedShard{Shard: r.shard, From: r.checkpoint, Checkpoint: cp, Action: "import"})
 	}
 	if len(bad) > 0 {
-		return ImportReport{Source: rep.Source, Stream: rep.Stream, Rows: rep.Rows, DryRun: i.dryRun},
+		return ImportReport{Source: rep.Source, Stream: rep.Stream, Rows: rep.Rows, DryRun: i.dryRun, Pending: rep.Pending},
 			fmt.Errorf("%w: %s", ErrImportRefused, strings.Join(bad, "; "))
 	}
 	rep.Imported = len(plans)

@@ -24,7 +24,8 @@ func ImportKCL(ctx context.Context, client *dynamodb.Client, kclTable, stream st
 // KCL imports the KCL lease table kclTable's checkpoints of stream into dst, as free leases.
 // Rows are keyed by shard id, or by "account:stream:creationEpoch:shardId" in multi-stream
 // mode. A sequence-number checkpoint with checkpointSubSequenceNumber k (the last handled user
-// record of an aggregate) resumes at user record k+1; TRIM_HORIZON, LATEST (the tip as of the
+// record of an aggregate) resumes at user record k+1; a checkpoint prepared and not committed
+// (pendingCheckpoint) is not imported but listed in ImportReport.Pending; TRIM_HORIZON, LATEST (the tip as of the
 // import), AT_TIMESTAMP (see WithAtTimestamp) and SHARD_END carry over. Before writing it watches
 // the lease counters for the watch window and refuses, naming the live workers, when one
 // changed (unless WithForce). It writes nothing when any row cannot be translated, and a
@@ -121,6 +122,11 @@ func kclRows(items []map[string]types.AttributeValue, stream, streamID string) (
 			}
 			r.sub, r.hasSub = n, true
 		}
+		pending, err := kclPending(it, shard)
+		if err != nil {
+			return nil, 0, err
+		}
+		r.pending = pending
 		rows = append(rows, r)
 	}
 	if len(ids) > 1 {
@@ -133,6 +139,26 @@ func kclRows(items []map[string]types.AttributeValue, stream, streamID string) (
 			stream, strings.Join(names, ", "))
 	}
 	return rows, skipped, nil
+}
+
+// kclPending reads a KCL lease row's prepared and uncommitted checkpoint, if it has one.
+func kclPending(it map[string]types.AttributeValue, shard string) (*PendingCheckpoint, error) {
+	p := PendingCheckpoint{Shard: shard, Sequence: attrS(it, "pendingCheckpoint")}
+	if v, ok := it["pendingCheckpointState"]; ok {
+		_, null := v.(*types.AttributeValueMemberNULL)
+		p.State = !null
+	}
+	if p.Sequence == "" && !p.State {
+		return nil, nil
+	}
+	if s := attrN(it, "pendingCheckpointSubSequenceNumber"); s != "" && p.Sequence != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("lease %s: pendingCheckpointSubSequenceNumber %q: %w", attrS(it, "leaseKey"), s, err)
+		}
+		p.SubSequence = n
+	}
+	return &p, nil
 }
 
 // Harlow imports the checkpoints that harlow/kinesis-consumer's DynamoDB store keeps in table

@@ -201,3 +201,43 @@ func TestCrateRows(t *testing.T) {
 		require.ErrorContains(t, err, "shardId-000000000004", name)
 	}
 }
+
+// TestImportPending: a KCL row's prepared, uncommitted checkpoint is listed in the report, in a
+// dry run too, and the committed checkpoint is the one written.
+func TestImportPending(t *testing.T) {
+	ctx := context.Background()
+	withPending := kclItem("shardId-000000000001", "100", 1, 3, "")
+	withPending["pendingCheckpoint"] = &types.AttributeValueMemberS{Value: "200"}
+	withPending["pendingCheckpointSubSequenceNumber"] = &types.AttributeValueMemberN{Value: "4"}
+	withPending["pendingCheckpointState"] = &types.AttributeValueMemberB{Value: []byte("app state")}
+	stateOnly := kclItem("shardId-000000000002", "SHARD_END", 0, 3, "")
+	stateOnly["pendingCheckpointState"] = &types.AttributeValueMemberN{Value: "0"} // as the KCL's serializer writes it
+	nullState := kclItem("shardId-000000000003", "300", 0, 3, "")
+	nullState["pendingCheckpointState"] = &types.AttributeValueMemberNULL{Value: true}
+	rows, _, err := kclRows([]map[string]types.AttributeValue{withPending, stateOnly, nullState}, "orders", "")
+	require.NoError(t, err)
+	want := []PendingCheckpoint{
+		{Shard: "shardId-000000000001", Sequence: "200", SubSequence: 4, State: true},
+		{Shard: "shardId-000000000002", State: true},
+	}
+	for _, dry := range []bool{true, false} {
+		m := NewMemory()
+		i := NewImporter()
+		if dry {
+			i = NewImporter(WithDryRun())
+		}
+		rep, err := i.apply(ctx, ImportReport{Stream: "orders"}, rows, m)
+		require.NoError(t, err)
+		require.Equal(t, want, rep.Pending, "dry run %v", dry)
+		require.Equal(t, 3, rep.Imported)
+		if !dry {
+			l, err := m.Read(ctx, "orders/shardId-000000000001")
+			require.NoError(t, err)
+			require.Equal(t, Checkpoint{Sequence: "100", SubSequence: 2}, l.Checkpoint, "the committed checkpoint, not the pending one")
+		}
+	}
+
+	withPending["pendingCheckpointSubSequenceNumber"] = &types.AttributeValueMemberS{Value: "x"}
+	_, _, err = kclRows([]map[string]types.AttributeValue{withPending}, "orders", "")
+	require.ErrorContains(t, err, "pendingCheckpointSubSequenceNumber")
+}

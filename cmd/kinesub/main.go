@@ -166,5 +166,34 @@ func printReport(w io.Writer, rep lease.ImportReport, asJSON bool) error {
 	for _, s := range rep.Shards {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", s.Shard, s.Action, s.From, s.Checkpoint.Sequence, s.Checkpoint.SubSequence)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	printPending(w, rep.Pending)
+	return nil
+}
+
+// printPending tells the operator which shards had a checkpoint prepared and not committed: the
+// committed one is imported, so the records between the two are read again.
+func printPending(w io.Writer, pending []lease.PendingCheckpoint) {
+	if len(pending) == 0 {
+		return
+	}
+	shards := "shards"
+	if len(pending) == 1 {
+		shards = "shard"
+	}
+	fmt.Fprintf(w, "pending: %d %s had a checkpoint prepared and not committed; the committed checkpoint is imported, so the records after it are delivered again, and no prepared application state is carried over:\n", len(pending), shards)
+	for _, p := range pending {
+		line := "  " + p.Shard + ": prepared "
+		if p.Sequence != "" {
+			line += fmt.Sprintf("%s (sub-sequence %d)", p.Sequence, p.SubSequence)
+		} else {
+			line += "no checkpoint"
+		}
+		if p.State {
+			line += ", with application state"
+		}
+		fmt.Fprintln(w, line)
+	}
 }

@@ -41,6 +41,8 @@ func TestImportKCLCommand(t *testing.T) {
 	_, err = ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(src), Item: map[string]types.AttributeValue{
 		"leaseKey": &types.AttributeValueMemberS{Value: "shardId-000000000000"}, "checkpoint": &types.AttributeValueMemberS{Value: "49600"},
 		"checkpointSubSequenceNumber": &types.AttributeValueMemberN{Value: "4"}, "leaseCounter": &types.AttributeValueMemberN{Value: "2"},
+		"pendingCheckpoint": &types.AttributeValueMemberS{Value: "49700"}, "pendingCheckpointSubSequenceNumber": &types.AttributeValueMemberN{Value: "1"},
+		"pendingCheckpointState": &types.AttributeValueMemberB{Value: []byte("state")},
 	}})
 	require.NoError(t, err)
 
@@ -50,6 +52,19 @@ func TestImportKCLCommand(t *testing.T) {
 	var rep lease.ImportReport
 	require.NoError(t, json.Unmarshal(out.Bytes(), &rep))
 	require.Equal(t, []any{true, 1}, []any{rep.DryRun, rep.Imported})
+	require.Equal(t, []lease.PendingCheckpoint{{Shard: "shardId-000000000000", Sequence: "49700", SubSequence: 1, State: true}}, rep.Pending)
+
+	// The operator is told of the prepared checkpoint, in a dry run and in the import.
+	for _, dry := range []bool{true, false} {
+		out.Reset()
+		a := args[:len(args)-1] // without -json
+		if dry {
+			a = append(a[:len(a):len(a)], "-dry-run")
+		}
+		require.NoError(t, run(ctx, a, &out, &errOut), errOut.String())
+		require.Contains(t, out.String(), "pending: 1 shard had a checkpoint prepared and not committed", "dry run %v", dry)
+		require.Contains(t, out.String(), "shardId-000000000000: prepared 49700 (sub-sequence 1), with application state", "dry run %v", dry)
+	}
 
 	out.Reset()
 	require.NoError(t, run(ctx, args, &out, &errOut), errOut.String())
