@@ -95,7 +95,9 @@ const (
 	OpAcquire          Op = "Acquire"          // taking a free or expired lease
 	OpSteal            Op = "Steal"            // taking a lease over from a live owner, for balance
 	OpReadLease        Op = "ReadLease"        // reading a lease just taken
-	OpRenew            Op = "Renew"            // renewing a lease
+	// Deprecated: no error carries OpRenew: shard leases are bound to the subscriber's
+	// heartbeat row, whose renewal is OpHeartbeat. It stays so that code naming it compiles.
+	OpRenew            Op = "Renew"
 	OpLease            Op = "Lease"            // a lease lost (ErrLeaseLost)
 	OpCheckpoint       Op = "Checkpoint"       // writing a checkpoint
 	OpRelease          Op = "Release"          // releasing a lease

@@ -52,7 +52,7 @@ func (c *processConfig) validate() error {
 	case c.backoffBase < minRetryWait || c.backoffBase > maxRetryWait:
 		return optionError("WithRetryBackoff", c.backoffBase, fmt.Sprintf("base must be between %v and %v", minRetryWait, maxRetryWait))
 	case c.backoffMax < c.backoffBase || c.backoffMax > maxRetryWait:
-		return optionError("WithRetryBackoff", c.backoffMax, fmt.Sprintf("max must be between the base (%v) and %v", c.backoffBase, maxRetryWait))
+		return optionError("WithRetryBackoff", c.backoffMax, fmt.Sprintf("limit must be between the base (%v) and %v", c.backoffBase, maxRetryWait))
 	case c.deadLetter != nil && c.maxAttempts == 0:
 		return optionError("WithDeadLetter", "with WithMaxAttempts(0)", "needs WithMaxAttempts of at least 1: without a limit no record is ever dead-lettered")
 	}
@@ -75,10 +75,10 @@ func WithMaxAttempts(n int) ProcessOption { return func(c *processConfig) { c.ma
 
 // WithRetryBackoff sets the wait before a failed record is tried again, overriding the
 // defaults 100ms and 30s: base after the first failure, doubling after each further one up to
-// max, each wait drawn at random from its upper half so that failing keys do not retry in step.
-// Range 1ms to 1h for both; max must not be below base.
-func WithRetryBackoff(base, max time.Duration) ProcessOption {
-	return func(c *processConfig) { c.backoffBase, c.backoffMax = base, max }
+// limit, each wait drawn at random from its upper half so that failing keys do not retry in
+// step. Range 1ms to 1h for both; limit must not be below base.
+func WithRetryBackoff(base, limit time.Duration) ProcessOption {
+	return func(c *processConfig) { c.backoffBase, c.backoffMax = base, limit }
 }
 
 // WithDeadLetter sets the function that takes a record that failed WithMaxAttempts times

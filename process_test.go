@@ -483,7 +483,7 @@ func TestProcessOptions(t *testing.T) {
 			{[]ProcessOption{WithConcurrency(100_001)}, "WithConcurrency(100001)"},
 			{[]ProcessOption{WithMaxAttempts(-1)}, "WithMaxAttempts(-1): must be between 0"},
 			{[]ProcessOption{WithRetryBackoff(0, time.Second)}, "WithRetryBackoff(0s): base must be between 1ms and 1h0m0s"},
-			{[]ProcessOption{WithRetryBackoff(2*time.Second, time.Second)}, "WithRetryBackoff(1s): max must be between the base (2s) and 1h0m0s"},
+			{[]ProcessOption{WithRetryBackoff(2*time.Second, time.Second)}, "WithRetryBackoff(1s): limit must be between the base (2s) and 1h0m0s"},
 			{[]ProcessOption{WithRetryBackoff(time.Second, 2*time.Hour)}, "WithRetryBackoff(2h0m0s)"},
 			{[]ProcessOption{WithDeadLetter(nil)}, "WithDeadLetter(nil)"},
 			{[]ProcessOption{WithOrderKey(nil)}, "WithOrderKey(nil)"},

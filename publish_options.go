@@ -53,7 +53,7 @@ func (c *publisherConfig) validate() error {
 	case c.backoffMin < minPublishBackoff || c.backoffMin > maxPublishBackoffMin ||
 		c.backoffMax < c.backoffMin || c.backoffMax > maxPublishBackoffMax:
 		return optionError("WithPublishBackoff", fmt.Sprintf("%v, %v", c.backoffMin, c.backoffMax),
-			fmt.Sprintf("min must be between %v and %v, max between min and %v", minPublishBackoff, maxPublishBackoffMin, maxPublishBackoffMax))
+			fmt.Sprintf("first must be between %v and %v, limit between first and %v", minPublishBackoff, maxPublishBackoffMin, maxPublishBackoffMax))
 	case c.timeout < minPublishTimeout || c.timeout > maxPublishTimeout:
 		return optionError("WithPublishTimeout", c.timeout, fmt.Sprintf("must be between %v and %v", minPublishTimeout, maxPublishTimeout))
 	}
@@ -78,12 +78,13 @@ func WithPublishRetries(n int) PublisherOption { return func(c *publisherConfig)
 
 // WithPublishBackoff sets how long a shard waits after refusals in a row (with no record
 // written in between) before PublishBatch sends to it again, overriding the defaults 100ms and
-// 5s: after the n-th such refusal a random time between min and min×2ⁿ⁻¹, capped at max; the
-// randomness spreads out publishers that were refused together. A throttle right after a write
-// does not count: the pacer already sends at the shard's pace, and only books the refused
-// records again. Only the refused shard waits. min ranges from 1ms to 1m, max from min to 5m.
-func WithPublishBackoff(min, max time.Duration) PublisherOption {
-	return func(c *publisherConfig) { c.backoffMin, c.backoffMax = min, max }
+// 5s: after the n-th such refusal a random time between first and first×2ⁿ⁻¹, capped at
+// limit; the randomness spreads out publishers that were refused together. A throttle right
+// after a write does not count: the pacer already sends at the shard's pace, and only books the
+// refused records again. Only the refused shard waits. first ranges from 1ms to 1m, limit from
+// first to 5m.
+func WithPublishBackoff(first, limit time.Duration) PublisherOption {
+	return func(c *publisherConfig) { c.backoffMin, c.backoffMax = first, limit }
 }
 
 // WithPublishAggregation makes PublishBatch pack user records bound for one shard into Kinesis
