@@ -74,19 +74,29 @@ func ExampleWithBatchSize() {
 	// kinesub: invalid option: WithBatchSize(20000): must be between 1 and 10000
 }
 
-// Publish records with headers; subscribers read them back with Message.Headers.
+// Publish records with headers; subscribers read them back with Message.Headers. The README
+// shows this function's body from NewPublisher on.
 func ExamplePublisher_Publish() {
 	var client *kinesis.Client // kinesis.NewFromConfig(cfg)
 	if client == nil {
 		return
 	}
+	ctx := context.Background()
 	pub, err := kinesub.NewPublisher(client, "orders")
 	if err != nil {
 		log.Fatal(err)
 	}
-	seq, err := pub.Publish(context.Background(), "order-42", []byte(`{"status":"paid"}`), map[string]string{"trace-id": "abc"})
+	seq, err := pub.Publish(ctx, "order-42", []byte(`{"status":"paid"}`), map[string]string{"trace-id": "abc"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("written at", seq)
+	// Many records: each shard is written at its pace, each partition key's records in order.
+	err = pub.PublishBatch(ctx, []kinesub.Record{
+		{PartitionKey: "order-42", Data: []byte(`{"status":"shipped"}`)},
+		{PartitionKey: "order-43", Data: []byte(`{"status":"paid"}`)},
+	})
+	if err != nil {
+		log.Fatal(err) // a *kinesub.PublishError lists the records not written
+	}
 }

@@ -35,6 +35,15 @@ func TestREADME(t *testing.T) {
 			t.Errorf("README shows %s past its first 160 lines", src)
 		}
 	}
+	// The Publisher's snippet is ExamplePublisher_Publish's body from NewPublisher on (compiled
+	// by go vet and go test), dedented.
+	example := read("example_test.go")
+	fn := example[strings.Index(example, "func ExamplePublisher_Publish() {"):]
+	fn = fn[:strings.Index(fn, "\n}\n")]
+	body := strings.ReplaceAll(fn[strings.Index(fn, "\tpub, err := kinesub.NewPublisher"):], "\n\t", "\n")
+	if !strings.Contains(readme, "```go\n"+strings.TrimPrefix(body, "\t")+"\n```\n") {
+		t.Error("README does not show ExamplePublisher_Publish's body as it is")
+	}
 	for _, want := range []string{"go get github.com/gostream/kinesub", "msg.Data()", "msg.Ack(ctx)", "\nmake test ", "\nmake demo ", "### Two commands"} {
 		if !strings.Contains(start, want) {
 			t.Errorf("the README's first 160 lines lack %q", want)
