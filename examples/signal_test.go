@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dynamodbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
@@ -27,10 +29,10 @@ import (
 // them; under KINESUB_KINESIS_BACKEND=kinesistest the Kinesis server is one in the test
 // process, which the examples reach at the plain-HTTP address testenv sets), and sent SIGINT once it is at work: it exits with status 0, and its shard leases in
 // the lease table are free (the process example keeps its leases in memory and reports how
-// many it still holds).
+// many it still holds; dynamosink keeps them in memory too, and deletes its tables).
 func TestExamplesExitZeroOnSIGINT(t *testing.T) {
 	kc, dc := testenv.Kinesis(t), testenv.DynamoDB(t)
-	bins := buildExamples(t, "quickstart", "service", "admin-seek", "demo", "process")
+	bins := buildExamples(t, "quickstart", "service", "admin-seek", "demo", "process", "dynamosink")
 
 	// awaitHeld waits until a shard lease of stream in table has an owner whose name is held's.
 	awaitHeld := func(t *testing.T, ex *example, table, stream string, held func(owner string) bool) {
@@ -132,6 +134,26 @@ func TestExamplesExitZeroOnSIGINT(t *testing.T) {
 		ex.awaitLine(t, func(line string) bool { return strings.Contains(line, "attempt 1 failed") })
 		ex.interruptAndExitZero(t)
 		ex.requireOutput(t, "leases still held: 0")
+	})
+	t.Run("dynamosink", func(t *testing.T) {
+		// It runs its own in-process Kinesis server, keeps its leases in memory, and makes two
+		// tables, which it deletes also when interrupted.
+		ex := start(t, bins["dynamosink"])
+		var marks, balances string
+		ex.awaitLine(t, func(line string) bool {
+			_, err := fmt.Sscanf(line, "tables %s and %s ready", &marks, &balances)
+			return err == nil
+		})
+		ex.interruptAndExitZero(t)
+		ex.requireOutput(t, "interrupted: interrupt signal received")
+		for _, table := range []string{marks, balances} {
+			out, err := dc.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+			if err == nil && out.Table.TableStatus != dynamodbtypes.TableStatusDeleting {
+				t.Errorf("table %s is %s after the example exited, not deleted", table, out.Table.TableStatus)
+			} else if err != nil && !errors.As(err, new(*dynamodbtypes.ResourceNotFoundException)) {
+				t.Errorf("describe %s: %v", table, err)
+			}
+		}
 	})
 }
 

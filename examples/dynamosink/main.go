@@ -76,6 +76,7 @@ func demonstrate(sig context.Context) error {
 		}
 		defer db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(t)})
 	}
+	fmt.Printf("tables %s and %s ready\n", marks, balances)
 	sink, err := dynamosink.New(db, marks)
 	if err != nil {
 		return err
