@@ -216,6 +216,53 @@ func TestImportKCLLatest(t *testing.T) {
 	none(t, sub)
 }
 
+// TestImportKCLAtTimestamp: a KCL table whose rows are AT_TIMESTAMP on one shard and
+// TRIM_HORIZON on the other. Without the instant the AT_TIMESTAMP row stands for, the import is
+// refused and writes nothing, not even the other shard's row; with it, the first shard delivers
+// what arrived from that instant on and the second everything.
+func TestImportKCLAtTimestamp(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	ctx := context.Background()
+	s := newStream(t, 2)
+	ids := s.shardIDs()
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	put := func(hash, data string) {
+		_, err := s.c.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(s.name),
+			PartitionKey: aws.String("k"), ExplicitHashKey: aws.String(hash), Data: []byte(data)})
+		require.NoError(t, err)
+	}
+	put("0", "s0 before")
+	put(mid.String(), "s1 before")
+	// Arrival times are kept to the millisecond: the instant is a later one than "before"'s,
+	// and "after" arrives later still.
+	for p := time.Now(); time.Now().UnixMilli() <= p.UnixMilli(); {
+	}
+	at := time.Now()
+	for time.Now().UnixMilli() <= at.UnixMilli() {
+	}
+	put("0", "s0 after")
+	put(mid.String(), "s1 after")
+
+	kcl := sourceTable(t, ddb, "leaseKey", "")
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": ids[0], "checkpoint": "AT_TIMESTAMP", "leaseCounter": "4"})
+	putItem(t, ddb, kcl, map[string]string{"leaseKey": ids[1], "checkpoint": "TRIM_HORIZON", "leaseCounter": "4"})
+	store := kinesubTable(t, ddb)
+
+	_, err := lease.NewImporter(lease.WithWatch(0)).KCL(ctx, ddb, kcl, s.name, store)
+	require.ErrorIs(t, err, lease.ErrImportRefused)
+	require.ErrorContains(t, err, "WithAtTimestamp")
+	all, err := store.List(ctx)
+	require.NoError(t, err)
+	require.Empty(t, all, "one row that cannot be translated: nothing imported")
+
+	rep, err := lease.NewImporter(lease.WithWatch(0), lease.WithAtTimestamp(at)).KCL(ctx, ddb, kcl, s.name, store)
+	require.NoError(t, err)
+	require.Equal(t, 2, rep.Imported)
+	sub := subscribeT(t, s, testOpts(store)...)
+	require.Equal(t, []string{"s0 after", "s1 after", "s1 before"}, drainSorted(t, sub, 3))
+	none(t, sub)
+}
+
 // TestImportKCLRefusesLiveWorkers: a lease counter that moves during the watch window refuses
 // the import, naming the worker; WithForce goes ahead.
 func TestImportKCLRefusesLiveWorkers(t *testing.T) {
