@@ -482,7 +482,10 @@ func heapPass(ctx context.Context, client *kinesis.Client, stream string, inflig
 	var stalledAt time.Time
 	for {
 		select {
-		case m := <-sub.Messages():
+		case m, ok := <-sub.Messages():
+			if !ok {
+				return fmt.Errorf("the subscription ended: %w", sub.Err())
+			}
 			held = append(held, m)
 			stalledAt = time.Time{}
 			continue

@@ -191,7 +191,10 @@ func latencyPass(ctx context.Context, child *childServer, stream string, wl late
 	lat := make([]float64, 0, n)
 	for len(lat) < n {
 		select {
-		case m := <-sub.Messages():
+		case m, ok := <-sub.Messages():
+			if !ok {
+				return nil, 0, fmt.Errorf("%d of %d records: the subscription ended: %w", len(lat), n, sub.Err())
+			}
 			sent := time.Unix(0, int64(binary.BigEndian.Uint64(m.Data())))
 			lat = append(lat, float64(time.Since(sent))/float64(time.Millisecond))
 			_ = m.Ack(ctx)

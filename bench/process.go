@@ -248,9 +248,13 @@ func handlePass(ctx context.Context, client *kinesis.Client, stream string, n in
 	var violations atomic.Int64
 	switch style {
 	case "sequential":
+	sequential:
 		for done.Load() < int64(n) {
 			select {
-			case m := <-sub.Messages():
+			case m, ok := <-sub.Messages():
+				if !ok {
+					break sequential // the subscription ended: the count below says how far it got
+				}
 				note()
 				work(pctx)
 				_ = m.Ack(pctx)
@@ -269,7 +273,10 @@ func handlePass(ctx context.Context, client *kinesis.Client, stream string, n in
 				defer wg.Done()
 				for {
 					select {
-					case m := <-sub.Messages():
+					case m, ok := <-sub.Messages():
+						if !ok {
+							return // the subscription ended
+						}
 						note()
 						work(pctx)
 						_ = m.Ack(ctx)
