@@ -22,23 +22,11 @@ func TestImportKCLCommand(t *testing.T) {
 	ddb := testenv.DynamoDB(t)
 	ctx := context.Background()
 	src, dst := testenv.Name(t)+"-kcl", testenv.Name(t)
-	_, err := ddb.CreateTable(ctx, &dynamodb.CreateTableInput{
-		TableName:            aws.String(src),
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("leaseKey"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("leaseKey"), KeyType: types.KeyTypeHash}},
-	})
-	require.NoError(t, err)
-	// dynalite creates a table over a moment: writes before it is active are refused.
-	require.NoError(t, dynamodb.NewTableExistsWaiter(ddb, func(o *dynamodb.TableExistsWaiterOptions) {
-		o.MinDelay, o.MaxDelay = 50*time.Millisecond, time.Second
-	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(src)}, 30*time.Second))
+	createTable(t, ddb, src, "leaseKey", "")
 	t.Cleanup(func() {
-		for _, n := range []string{src, dst} {
-			_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(n)})
-		}
+		_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(dst)})
 	})
-	_, err = ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(src), Item: map[string]types.AttributeValue{
+	_, err := ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(src), Item: map[string]types.AttributeValue{
 		"leaseKey": &types.AttributeValueMemberS{Value: "shardId-000000000000"}, "checkpoint": &types.AttributeValueMemberS{Value: "49600"},
 		"checkpointSubSequenceNumber": &types.AttributeValueMemberN{Value: "4"}, "leaseCounter": &types.AttributeValueMemberN{Value: "2"},
 		"pendingCheckpoint": &types.AttributeValueMemberS{Value: "49700"}, "pendingCheckpointSubSequenceNumber": &types.AttributeValueMemberN{Value: "1"},
@@ -76,4 +64,70 @@ func TestImportKCLCommand(t *testing.T) {
 
 	require.Error(t, run(ctx, []string{"import-nothing"}, &out, &errOut))
 	require.Error(t, run(ctx, []string{"import-harlow", "-from", src, "-to", dst, "-stream", "orders"}, &out, &errOut), "-app is required")
+}
+
+// createTable makes a source table keyed by hash (and rangeKey when not empty) on dynalite,
+// deleted when the test ends.
+func createTable(t *testing.T, ddb *dynamodb.Client, name, hash, rangeKey string) {
+	t.Helper()
+	ctx := context.Background()
+	in := &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(hash), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}},
+	}
+	if rangeKey != "" {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(rangeKey), AttributeType: types.ScalarAttributeTypeS})
+		in.KeySchema = append(in.KeySchema, types.KeySchemaElement{AttributeName: aws.String(rangeKey), KeyType: types.KeyTypeRange})
+	}
+	_, err := ddb.CreateTable(ctx, in)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	require.NoError(t, dynamodb.NewTableExistsWaiter(ddb, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 50*time.Millisecond, time.Second
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 30*time.Second))
+}
+
+// TestImportCrateAndHarlowCommands runs import-crate (a 0.6 row, read with -legacy) and
+// import-harlow against dynalite: each writes the checkpoint as a whole record handled.
+func TestImportCrateAndHarlowCommands(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	ctx := context.Background()
+	crate, harlow, dst := testenv.Name(t)+"-crate", testenv.Name(t)+"-harlow", testenv.Name(t)
+	createTable(t, ddb, crate, "lease_key", "")
+	createTable(t, ddb, harlow, "namespace", "shard_id")
+	t.Cleanup(func() {
+		_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(dst)})
+	})
+	_, err := ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(crate), Item: map[string]types.AttributeValue{
+		"lease_key": &types.AttributeValueMemberS{Value: "shardId-000000000000"}, "checkpoint": &types.AttributeValueMemberS{Value: "49601"},
+		"lease_counter": &types.AttributeValueMemberN{Value: "9"},
+	}})
+	require.NoError(t, err)
+	_, err = ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(harlow), Item: map[string]types.AttributeValue{
+		"namespace": &types.AttributeValueMemberS{Value: "app-refunds"}, "shard_id": &types.AttributeValueMemberS{Value: "shardId-000000000001"},
+		"sequence_number": &types.AttributeValueMemberS{Value: "49602"},
+	}})
+	require.NoError(t, err)
+
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(ctx, []string{"import-crate", "-from", crate, "-to", dst, "-stream", "orders"}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "crate: stream orders: 1 rows read, imported 0, 0 unchanged, 1 skipped", "without -legacy the 0.6 row is not read")
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"import-crate", "-from", crate, "-to", dst, "-stream", "orders", "-legacy"}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "imported 1")
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"import-harlow", "-from", harlow, "-to", dst, "-stream", "refunds", "-app", "app"}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "imported 1")
+
+	store := lease.NewDynamoDB(ddb, dst)
+	for key, seq := range map[string]string{"orders/shardId-000000000000": "49601", "refunds/shardId-000000000001": "49602"} {
+		l, err := store.Read(ctx, key)
+		require.NoError(t, err)
+		require.Equal(t, lease.Checkpoint{Sequence: seq}, l.Checkpoint, key)
+		require.Empty(t, l.Owner, key)
+	}
 }
