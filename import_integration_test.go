@@ -24,22 +24,7 @@ import (
 func sourceTable(t *testing.T, c *dynamodb.Client, hash, rangeKey string) string {
 	t.Helper()
 	name := testenv.Name(t) + "-src"
-	in := &dynamodb.CreateTableInput{
-		TableName:            aws.String(name),
-		BillingMode:          ddbtypes.BillingModePayPerRequest,
-		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String(hash), AttributeType: ddbtypes.ScalarAttributeTypeS}},
-		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: ddbtypes.KeyTypeHash}},
-	}
-	if rangeKey != "" {
-		in.AttributeDefinitions = append(in.AttributeDefinitions, ddbtypes.AttributeDefinition{AttributeName: aws.String(rangeKey), AttributeType: ddbtypes.ScalarAttributeTypeS})
-		in.KeySchema = append(in.KeySchema, ddbtypes.KeySchemaElement{AttributeName: aws.String(rangeKey), KeyType: ddbtypes.KeyTypeRange})
-	}
-	_, err := c.CreateTable(context.Background(), in)
-	require.NoError(t, err)
-	require.NoError(t, dynamodb.NewTableExistsWaiter(c).Wait(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 30*time.Second))
-	t.Cleanup(func() {
-		_, _ = c.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-	})
+	testenv.CreateTable(t, c, name, hash, rangeKey)
 	return name
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -22,7 +21,7 @@ func TestImportKCLCommand(t *testing.T) {
 	ddb := testenv.DynamoDB(t)
 	ctx := context.Background()
 	src, dst := testenv.Name(t)+"-kcl", testenv.Name(t)
-	createTable(t, ddb, src, "leaseKey", "")
+	testenv.CreateTable(t, ddb, src, "leaseKey", "")
 	t.Cleanup(func() {
 		_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(dst)})
 	})
@@ -66,39 +65,14 @@ func TestImportKCLCommand(t *testing.T) {
 	require.Error(t, run(ctx, []string{"import-harlow", "-from", src, "-to", dst, "-stream", "orders"}, &out, &errOut), "-app is required")
 }
 
-// createTable makes a source table keyed by hash (and rangeKey when not empty) on dynalite,
-// deleted when the test ends.
-func createTable(t *testing.T, ddb *dynamodb.Client, name, hash, rangeKey string) {
-	t.Helper()
-	ctx := context.Background()
-	in := &dynamodb.CreateTableInput{
-		TableName:            aws.String(name),
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(hash), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}},
-	}
-	if rangeKey != "" {
-		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(rangeKey), AttributeType: types.ScalarAttributeTypeS})
-		in.KeySchema = append(in.KeySchema, types.KeySchemaElement{AttributeName: aws.String(rangeKey), KeyType: types.KeyTypeRange})
-	}
-	_, err := ddb.CreateTable(ctx, in)
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
-	})
-	require.NoError(t, dynamodb.NewTableExistsWaiter(ddb, func(o *dynamodb.TableExistsWaiterOptions) {
-		o.MinDelay, o.MaxDelay = 50*time.Millisecond, time.Second
-	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 30*time.Second))
-}
-
 // TestImportCrateAndHarlowCommands runs import-crate (a 0.6 row, read with -legacy) and
 // import-harlow against dynalite: each writes the checkpoint as a whole record handled.
 func TestImportCrateAndHarlowCommands(t *testing.T) {
 	ddb := testenv.DynamoDB(t)
 	ctx := context.Background()
 	crate, harlow, dst := testenv.Name(t)+"-crate", testenv.Name(t)+"-harlow", testenv.Name(t)
-	createTable(t, ddb, crate, "lease_key", "")
-	createTable(t, ddb, harlow, "namespace", "shard_id")
+	testenv.CreateTable(t, ddb, crate, "lease_key", "")
+	testenv.CreateTable(t, ddb, harlow, "namespace", "shard_id")
 	t.Cleanup(func() {
 		_, _ = ddb.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(dst)})
 	})

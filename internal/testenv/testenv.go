@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
@@ -167,5 +168,36 @@ func WaitActive(t testing.TB, client *kinesis.Client, name string) {
 			t.Fatalf("stream %s not active: %v", name, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// CreateTable creates an on-demand DynamoDB table with a string hash key (and a string range
+// key when rangeKey is not empty), as other consumers key their checkpoint tables, waits until
+// it is active, and deletes it when the test ends.
+func CreateTable(t testing.TB, client *dynamodb.Client, name, hash, rangeKey string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	in := &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		BillingMode:          ddbtypes.BillingModePayPerRequest,
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String(hash), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: ddbtypes.KeyTypeHash}},
+	}
+	if rangeKey != "" {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, ddbtypes.AttributeDefinition{AttributeName: aws.String(rangeKey), AttributeType: ddbtypes.ScalarAttributeTypeS})
+		in.KeySchema = append(in.KeySchema, ddbtypes.KeySchemaElement{AttributeName: aws.String(rangeKey), KeyType: ddbtypes.KeyTypeRange})
+	}
+	if _, err := client.CreateTable(ctx, in); err != nil {
+		t.Fatalf("create table %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_, _ = client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	// dynalite creates a table over a moment: writes before it is active are refused.
+	if err := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 50*time.Millisecond, time.Second
+	}).Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 30*time.Second); err != nil {
+		t.Fatalf("wait for table %s: %v", name, err)
 	}
 }
