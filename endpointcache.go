@@ -5,7 +5,6 @@ import (
 	"reflect"
 	"sync"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 )
@@ -24,27 +23,39 @@ var defaultResolverType = reflect.TypeOf(kinesis.NewDefaultEndpointResolverV2())
 // use, so a process reaches it only with that many streams; past it, calls resolve as before.
 const maxCachedEndpoints = 1024
 
-// endpointKey is an EndpointParameters by value.
+// endpointKey is an EndpointParameters by value: every field of it (a test fails when the SDK
+// adds one), with which of its pointers are set.
 type endpointKey struct {
-	region, endpoint, operation, streamID, streamARN, consumerARN, resourceARN string
-	dualStack, fips                                                            string // "", "true", "false"
+	region, endpoint, operation, streamID, streamARN, consumerARN, resourceARN, channelARN string
+	accountID, accountIDMode                                                               string
+	dualStack, fips                                                                        bool
+	set                                                                                    uint16 // a bit per pointer field set
 }
 
 func keyOf(p kinesis.EndpointParameters) endpointKey {
-	b := func(v *bool) string {
-		if v == nil {
-			return ""
+	var k endpointKey
+	str := func(v *string, to *string, bit uint16) {
+		if v != nil {
+			*to, k.set = *v, k.set|bit
 		}
-		if *v {
-			return "true"
-		}
-		return "false"
 	}
-	return endpointKey{
-		region: aws.ToString(p.Region), endpoint: aws.ToString(p.Endpoint), operation: aws.ToString(p.OperationType),
-		streamID: aws.ToString(p.StreamId), streamARN: aws.ToString(p.StreamARN), consumerARN: aws.ToString(p.ConsumerARN),
-		resourceARN: aws.ToString(p.ResourceARN), dualStack: b(p.UseDualStack), fips: b(p.UseFIPS),
+	str(p.Region, &k.region, 1<<0)
+	str(p.Endpoint, &k.endpoint, 1<<1)
+	str(p.OperationType, &k.operation, 1<<2)
+	str(p.StreamId, &k.streamID, 1<<3)
+	str(p.StreamARN, &k.streamARN, 1<<4)
+	str(p.ConsumerARN, &k.consumerARN, 1<<5)
+	str(p.ResourceARN, &k.resourceARN, 1<<6)
+	str(p.ChannelARN, &k.channelARN, 1<<7)
+	str(p.AccountId, &k.accountID, 1<<8)
+	str(p.AccountIdEndpointMode, &k.accountIDMode, 1<<9)
+	if p.UseDualStack != nil {
+		k.dualStack, k.set = *p.UseDualStack, k.set|1<<10
 	}
+	if p.UseFIPS != nil {
+		k.fips, k.set = *p.UseFIPS, k.set|1<<11
+	}
+	return k
 }
 
 // endpointCache answers with the default resolver's endpoints, each computed once.

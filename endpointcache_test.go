@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"context"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,4 +103,30 @@ func TestPollerEndpoints(t *testing.T) {
 		found = found || k.endpoint == srv.URL
 	}
 	require.True(t, found, "the default resolver's answer for %s is cached", srv.URL)
+}
+
+// TestEndpointKeyCoversEveryParameter: the cache's key holds every field of the SDK's endpoint
+// parameters, so that two calls whose endpoints may differ never share one. When the SDK adds
+// a field, this fails until keyOf takes it in.
+func TestEndpointKeyCoversEveryParameter(t *testing.T) {
+	require.Equal(t, 12, reflect.TypeOf(kinesis.EndpointParameters{}).NumField(), "keyOf must cover every field of kinesis.EndpointParameters")
+	base := kinesis.EndpointParameters{}
+	seen := map[endpointKey]string{keyOf(base): "none"}
+	s := aws.String("x")
+	for name, p := range map[string]kinesis.EndpointParameters{
+		"Region": {Region: s}, "UseDualStack": {UseDualStack: aws.Bool(true)}, "UseFIPS": {UseFIPS: aws.Bool(true)},
+		"Endpoint": {Endpoint: s}, "OperationType": {OperationType: s}, "StreamId": {StreamId: s},
+		"StreamARN": {StreamARN: s}, "ConsumerARN": {ConsumerARN: s}, "ResourceARN": {ResourceARN: s},
+		"ChannelARN": {ChannelARN: s}, "AccountId": {AccountId: s}, "AccountIdEndpointMode": {AccountIdEndpointMode: s},
+		"UseFIPS false": {UseFIPS: aws.Bool(false)}, "UseDualStack false": {UseDualStack: aws.Bool(false)},
+		"empty Region": {Region: aws.String("")}, "empty Endpoint": {Endpoint: aws.String("")},
+		"empty OperationType": {OperationType: aws.String("")}, "empty StreamId": {StreamId: aws.String("")},
+		"empty StreamARN": {StreamARN: aws.String("")}, "empty ConsumerARN": {ConsumerARN: aws.String("")},
+		"empty ResourceARN": {ResourceARN: aws.String("")}, "empty ChannelARN": {ChannelARN: aws.String("")},
+		"empty AccountId": {AccountId: aws.String("")}, "empty AccountIdEndpointMode": {AccountIdEndpointMode: aws.String("")},
+	} {
+		k := keyOf(p)
+		require.NotContains(t, seen, k, "%s has the key of %s", name, seen[k])
+		seen[k] = name
+	}
 }
