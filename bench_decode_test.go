@@ -122,7 +122,7 @@ func benchSubscribeTo(b testing.TB, client kinesisiface.Kinesis, opts ...Option)
 		WithPollInterval(time.Millisecond),
 		func(c *config) {
 			c.source = func(id string) shardSource {
-				p := newPoller(client, streamRef{name: "bench"}, id, c.requestTimeout, c.pollInterval, c.pollInterval)
+				p := newPoller(client, nil, streamRef{name: "bench"}, id, c.requestTimeout, c.pollInterval, c.pollInterval)
 				p.calls.SetLimit(rate.Inf)
 				p.bytes.SetLimit(rate.Inf)
 				return p

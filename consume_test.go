@@ -196,7 +196,7 @@ func pullOne(ctx context.Context, sub *Subscriber) (*Message, bool) {
 func unlimitedPoller(f *fakeStream) Option {
 	return func(c *config) {
 		c.source = func(id string) shardSource {
-			p := newPoller(f, streamRef{name: f.stream}, id, c.requestTimeout, c.pollInterval, c.pollInterval)
+			p := newPoller(f, nil, streamRef{name: f.stream}, id, c.requestTimeout, c.pollInterval, c.pollInterval)
 			p.calls.SetLimit(rate.Inf)
 			p.bytes.SetLimit(rate.Inf)
 			return p

@@ -302,5 +302,5 @@ func (s *Subscriber) sourceFor(w *worker) shardSource {
 	if s.cfg.fanOut != nil {
 		return s.newFanOut(id, w.seekNote)
 	}
-	return newPoller(s.client, s.ref, id, s.cfg.requestTimeout, s.cfg.pollInterval, s.cfg.idlePollInterval)
+	return newPoller(s.client, s.direct, s.ref, id, s.cfg.requestTimeout, s.cfg.pollInterval, s.cfg.idlePollInterval)
 }

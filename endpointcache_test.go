@@ -83,7 +83,7 @@ func TestPollerEndpoints(t *testing.T) {
 	defer cancel()
 	require.NoError(t, srv.CreateStream(ctx, "endpoints", 1))
 	poll := func(c *kinesis.Client) {
-		p := newPoller(c, streamRef{name: "endpoints"}, "shardId-000000000000", 10*time.Second, time.Millisecond, time.Millisecond)
+		p := newPoller(c, newDirectRecords(c, nil), streamRef{name: "endpoints"}, "shardId-000000000000", 10*time.Second, time.Millisecond, time.Millisecond)
 		require.NoError(t, p.open(ctx, Horizon()))
 		for range 3 {
 			_, err := p.next(ctx, 10)

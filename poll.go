@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -30,19 +31,20 @@ type poller struct {
 	client  kinesisiface.Kinesis
 	stream  streamRef
 	shard   string
-	timeout time.Duration // of each call (WithRequestTimeout)
-	idle    time.Duration // the wait after an empty page (WithPollInterval)
-	quiet   time.Duration // the wait after an empty page once the shard is quiet (WithIdlePollInterval)
-	empties int           // empty pages in a row at the tip of the shard
+	timeout time.Duration  // of each call (WithRequestTimeout)
+	idle    time.Duration  // the wait after an empty page (WithPollInterval)
+	quiet   time.Duration  // the wait after an empty page once the shard is quiet (WithIdlePollInterval)
+	direct  *directRecords // GetRecords without the SDK's middleware (direct.go); nil: through the SDK
+	empties int            // empty pages in a row at the tip of the shard
 	iter    *string
 	calls   *rate.Limiter
 	bytes   *rate.Limiter
 	paced   bool // pace has waited for the next call's turn
 }
 
-func newPoller(client kinesisiface.Kinesis, stream streamRef, shard string, timeout, idle, quiet time.Duration) *poller {
+func newPoller(client kinesisiface.Kinesis, direct *directRecords, stream streamRef, shard string, timeout, idle, quiet time.Duration) *poller {
 	return &poller{
-		client: client, stream: stream, shard: shard, timeout: timeout, idle: idle, quiet: max(quiet, idle),
+		client: client, direct: direct, stream: stream, shard: shard, timeout: timeout, idle: idle, quiet: max(quiet, idle),
 		calls: rate.NewLimiter(getRecordsPerSecond, 1),
 		bytes: rate.NewLimiter(bytesPerSecond, bytesBurst),
 	}
@@ -81,7 +83,7 @@ func (p *poller) next(ctx context.Context, limit int) (page, error) {
 	}
 	p.paced = false
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
-	out, err := p.client.GetRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit)), StreamARN: p.stream.streamARN()}, noRetry, fastRecordsUpTo(limit), cachedEndpoints)
+	out, err := p.getRecords(cctx, &kinesis.GetRecordsInput{ShardIterator: p.iter, Limit: aws.Int32(int32(limit)), StreamARN: p.stream.streamARN()}, limit)
 	cancel()
 	if err != nil {
 		return page{}, &sourceError{op: OpGetRecords, err: err}
@@ -119,6 +121,21 @@ func (p *poller) next(ctx context.Context, limit int) (page, error) {
 	}
 	p.iter = out.NextShardIterator
 	return pg, nil
+}
+
+// getRecords makes one GetRecords call: directly while the direct path serves this poller,
+// through the SDK otherwise.
+func (p *poller) getRecords(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (*kinesis.GetRecordsOutput, error) {
+	if d := p.direct; d != nil {
+		out, useSDK, err := d.getRecords(ctx, in, limit)
+		if useSDK {
+			p.direct = nil
+		}
+		if !errors.Is(err, errUseSDK) {
+			return out, err
+		}
+	}
+	return p.client.GetRecords(ctx, in, noRetry, fastRecordsUpTo(limit), cachedEndpoints)
 }
 
 func (p *poller) close() {}

@@ -140,7 +140,7 @@ func (c *behindClient) GetRecords(context.Context, *kinesis.GetRecordsInput, ...
 func TestQuietOnlyAtTip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := &behindClient{millisBehind: 5000}
-		p := newPoller(c, streamRef{name: "s"}, "shardId-000000000000", time.Second, 200*time.Millisecond, time.Second)
+		p := newPoller(c, nil, streamRef{name: "s"}, "shardId-000000000000", time.Second, 200*time.Millisecond, time.Second)
 		ctx := context.Background()
 		next := func() page {
 			pg, err := p.next(ctx, 10)

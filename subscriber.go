@@ -26,7 +26,8 @@ const (
 type Subscriber struct {
 	cfg     config
 	client  kinesisiface.Kinesis
-	stream  string // the stream's name, also when Subscribe was given its ARN
+	direct  *directRecords // GetRecords without the SDK's middleware; nil: not for this client
+	stream  string         // the stream's name, also when Subscribe was given its ARN
 	ref     streamRef
 	log     *slog.Logger
 	metrics *metrics // OpenTelemetry instruments (metrics.go)
@@ -115,6 +116,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err != nil {
 		return nil, err
 	}
+	direct := newDirectRecords(client, m.req)
 	client = meteredKinesis{k: client, r: m.req}
 	metered := meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
 	cfg.store = metered.narrowed()
@@ -123,6 +125,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		metrics:      m,
 		cfg:          cfg,
 		client:       client,
+		direct:       direct,
 		stream:       ref.name,
 		ref:          ref,
 		log:          cfg.logger.With(logStream, ref.name),
