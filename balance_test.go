@@ -147,6 +147,20 @@ func TestPlanBalance(t *testing.T) {
 		{name: "at the ceiling of an uneven division keeps it", table: "me me me a a b b", beats: "me a b", local: "RRR....", was: "=", balance: true},
 		{name: "above the ceiling of an uneven division", table: "me me me me a a b", beats: "me a b", local: "RRRR...", was: "=", balance: true,
 			back: 1, backOf: "0 1 2 3"},
+		{name: "at the ceiling, past the owners that can hold it, an owner below the floor waiting: comes down", table: "a a a b b b me me me d", beats: "me a b d", local: "......RRR.", was: "=", balance: true,
+			back: 1, backOf: "6 7 8"},
+		{name: "at the ceiling, among the owners that can hold it: keeps it", table: "me me me x x x y y y d", beats: "me x y d", local: "RRR.......", was: "=", balance: true,
+			back: 0},
+		{name: "at the floor of an uneven split, a free lease is left to the owner below the floor", table: "a a a b b me me - d", beats: "me a b d", local: ".....RR..", was: "=",
+			take: 0},
+		{name: "at the floor of an uneven split, free leases beyond what the owner below the floor needs are taken", table: "a a a b b me me - - d", beats: "me a b d", local: ".....RR...", was: "=",
+			take: 1, takeOf: "7 8"},
+		{name: "at the ceiling past the owners that can hold it, nobody below the floor: keeps it", table: "a a a b b b me me me d d", beats: "me a b d", local: "......RRR..", was: "=", balance: true,
+			back: 0},
+		{name: "at the ceiling, an owner above it hands back what the waiting one needs: keeps it", table: "a a a a b b me me me d", beats: "me a b d", local: "......RRR.", was: "=", balance: true,
+			back: 0},
+		{name: "at the ceiling of an even split: never below the floor", table: "me me me b x x x x x", beats: "me b", local: "RRR......", was: "=",
+			back: 0},
 		{name: "below the floor steals from a live owner at the ceiling", table: "me b b b a a a", beats: "me a b", local: "R......", was: "=", balance: true,
 			victim: "a"},
 		{name: "below the floor, not a balance round: no steal", table: "me b b b a a a", beats: "me a b", local: "R......", was: "="},
@@ -436,6 +450,33 @@ func (s *planSim) String() string {
 // of rounds, and stays put, with no lease moving, for several balance rounds after that. Half
 // the changes come with a second one while the first is still being balanced. No owner hands
 // back a shard it does not read, nor steals a lease nobody holds.
+// TestPlanBalanceLateJoiners: owners that join after the others took their shares, with
+// nothing left free, reach the floor by hand-backs, within two balance rounds, not by one steal
+// a balance round each (32 owners on 2,000 shards took 11 balance rounds before).
+func TestPlanBalanceLateJoiners(t *testing.T) {
+	for _, tc := range []struct{ shards, first, late int }{{2000, 30, 2}, {2000, 28, 4}, {500, 12, 4}, {100, 7, 1}} {
+		t.Run(fmt.Sprintf("%d shards, %d then %d", tc.shards, tc.first, tc.late), func(t *testing.T) {
+			s := newPlanSim(t, seeded(t), tc.shards)
+			for range tc.first {
+				s.join()
+			}
+			for !s.fair() {
+				require.Less(t, s.round, 20*simBalanceEvery, "the first owners never split fairly\n%v", s)
+				s.step()
+			}
+			for range tc.late {
+				s.join()
+			}
+			start := s.round
+			for !s.fair() {
+				require.LessOrEqual(t, s.round-start, 2*simBalanceEvery+simStealWait, "late joiners not at their share within two balance rounds\n%v", s)
+				s.step()
+			}
+			t.Logf("fair %d claim rounds after the join (%d a balance round)", s.round-start, simBalanceEvery)
+		})
+	}
+}
+
 func TestPlanBalanceConverges(t *testing.T) {
 	// Bounds: a crashed owner's leases expire after one TTL; each missing lease is then taken,
 	// handed back or stolen, one steal a balance round per owner.
