@@ -109,7 +109,9 @@
 // their ends) and k live owners, each holds n/k rounded down or up. Each subscriber takes free
 // leases, and those of owners whose row is gone, up to n/k rounded up and hands back cleanly what it holds beyond that, at
 // once when an owner joins and every balance round otherwise, so a new or restarted instance
-// gets its share without stealing. It steals one lease a balance round from the most loaded
+// gets its share without stealing. When the shards do not divide evenly and more owners hold
+// n/k rounded up than can, the owners past those that can (by name) hand one lease back for
+// an owner below n/k rounded down that finds nothing free. It steals one lease a balance round from the most loaded
 // other owner for what handing back cannot fix: while it holds fewer than n/k rounded down
 // and that owner more, or, when the shards do not divide evenly, while it holds exactly that
 // and the owner two or more above it; never from an owner above n/k rounded up whose heartbeat
