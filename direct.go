@@ -173,18 +173,9 @@ func (d *directRecords) call(ctx context.Context, in *kinesis.GetRecordsInput, l
 		}})
 	}
 	defer resp.Body.Close()
-	buf := bodies.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			buf.Reset()
-			bodies.Put(buf)
-		}
-	}()
-	buf.Reset()
-	if resp.ContentLength > 0 && resp.ContentLength < maxResponseBytes*2 {
-		buf.Grow(int(resp.ContentLength) + 1)
-	}
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
+	buf, err := readBody(resp.Body, resp.ContentLength)
+	defer releaseBody(buf)
+	if err != nil {
 		return nil, false, directError(&smithy.DeserializationError{Err: err})
 	}
 	if resp.StatusCode < 200 || resp.StatusCode >= 300 {

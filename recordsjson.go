@@ -59,18 +59,9 @@ func (p recordsProtocol) DeserializeResponse(ctx context.Context, schema *smithy
 	if !ok || resp.StatusCode < 200 || resp.StatusCode >= 300 || resp.Body == nil {
 		return p.ClientProtocol.DeserializeResponse(ctx, schema, reg, resp, out)
 	}
-	buf := bodies.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledBody {
-			buf.Reset()
-			bodies.Put(buf)
-		}
-	}()
-	buf.Reset()
-	if resp.ContentLength > 0 && resp.ContentLength < maxResponseBytes*2 {
-		buf.Grow(int(resp.ContentLength) + 1) // +1: ReadFrom stops without growing at EOF
-	}
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
+	buf, err := readBody(resp.Body, resp.ContentLength)
+	defer releaseBody(buf)
+	if err != nil {
 		return &smithy.DeserializationError{Err: err}
 	}
 	if buf.Len() == 0 {
@@ -96,6 +87,25 @@ func (p recordsProtocol) DeserializeResponse(ctx context.Context, schema *smithy
 const maxPooledBody = 4 << 20
 
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readBody reads an answer's body of length bytes (-1: unknown) into a buffer of the pool,
+// which releaseBody returns once the answer is decoded.
+func readBody(body io.Reader, length int64) (*bytes.Buffer, error) {
+	buf := bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	if length > 0 && length < maxResponseBytes*2 {
+		buf.Grow(int(length) + 1) // +1: ReadFrom stops without growing at EOF
+	}
+	_, err := buf.ReadFrom(body)
+	return buf, err
+}
+
+func releaseBody(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBody {
+		buf.Reset()
+		bodies.Put(buf)
+	}
+}
 
 // errNotRecords is what decodeRecords returns for input it leaves to the SDK.
 var errNotRecords = errors.New("not a GetRecords answer this decoder reads")
