@@ -209,7 +209,9 @@ func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser
 		p.handBack = in.planLoad(loads, mean)
 	case !byLoad && (balance || joined) && k > 1 && mine > ceil:
 		p.handBack = in.excess(mine-ceil, r)
-	case !byLoad && (balance || joined) && k > 1 && floor < mine && mine == ceil && in.yieldsCeiling(owners, floor, ceil):
+	case !byLoad && balance && k > 1 && floor < mine && mine == ceil && in.yieldsCeiling(owners, floor, ceil):
+		// On balance rounds only, and never a shard taken this round: a crashed owner's shards,
+		// just taken, would otherwise go back unread when a newcomer's share is counted.
 		p.handBack = in.excess(1, r)
 	}
 	if !balance {
@@ -311,7 +313,7 @@ func (in *balanceIn) free() int {
 func (in *balanceIn) excess(over int, r chooser) []string {
 	var reading []string
 	for _, id := range in.readable {
-		if !in.counted(id) {
+		if !in.counted(id) || in.taken[id] {
 			continue
 		}
 		switch in.local[id] {

@@ -451,8 +451,9 @@ func (s *planSim) String() string {
 // the changes come with a second one while the first is still being balanced. No owner hands
 // back a shard it does not read, nor steals a lease nobody holds.
 // TestPlanBalanceLateJoiners: owners that join after the others took their shares, with
-// nothing left free, reach the floor by hand-backs, within two balance rounds, not by one steal
-// a balance round each (32 owners on 2,000 shards took 11 balance rounds before).
+// nothing left free, reach the floor by hand-backs, within three balance rounds (one and a half
+// typically), not by one steal a balance round each (32 owners on 2,000 shards took 11 balance
+// rounds before).
 func TestPlanBalanceLateJoiners(t *testing.T) {
 	for _, tc := range []struct{ shards, first, late int }{{2000, 30, 2}, {2000, 28, 4}, {500, 12, 4}, {100, 7, 1}} {
 		t.Run(fmt.Sprintf("%d shards, %d then %d", tc.shards, tc.first, tc.late), func(t *testing.T) {
@@ -469,7 +470,7 @@ func TestPlanBalanceLateJoiners(t *testing.T) {
 			}
 			start := s.round
 			for !s.fair() {
-				require.LessOrEqual(t, s.round-start, 2*simBalanceEvery+simStealWait, "late joiners not at their share within two balance rounds\n%v", s)
+				require.LessOrEqual(t, s.round-start, 3*simBalanceEvery+simStealWait, "late joiners not at their share within three balance rounds\n%v", s)
 				s.step()
 			}
 			t.Logf("fair %d claim rounds after the join (%d a balance round)", s.round-start, simBalanceEvery)
