@@ -150,7 +150,8 @@ func planTake(in *balanceIn, r chooser) []string {
 	var want []string
 	for _, id := range order {
 		l := in.leases[id]
-		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner || byLoad && in.load.moved[id] {
+		// A shard that moved for load lately stays where it went, unless its owner stopped.
+		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner || byLoad && in.load.moved[id] && !in.orphans[id] {
 			continue
 		}
 		if len(want) < room || in.orphans[id] && len(want) < orphanRoom {
