@@ -396,9 +396,14 @@ func (r *reader) deliver(records []types.Record) bool {
 // finish completes a shard that returned its last records: once every delivery is settled,
 // it checkpoints SHARD_END, so that children may start, and the shard ends. It reports false
 // when interrupted (a seek, a stop, a lost lease, or a failed write to retry).
+//
+// Only deliveries of the reader's own generation count: a seek that ends it drops what was
+// not delivered and then empties the watermark, which must not read as "all settled" (the
+// dropped records would be skipped under SHARD_END). Such a wait ends with the seek's note.
 func (r *reader) finish() bool {
 	w, env := r.w, r.w.env
-	if !r.waitUntil(func() bool { return w.wm.unsettled() == 0 }) {
+	current := func() bool { return w.gate.Load() == r.gen }
+	if !r.waitUntil(func() bool { return current() && w.wm.unsettled() == 0 }) {
 		return false
 	}
 	// Before SHARD_END is written: the children start only after it.
@@ -409,7 +414,9 @@ func (r *reader) finish() bool {
 		return false
 	}
 	defer w.unlockFlush()
-	if !w.state().mayCheckpoint() {
+	// A seek's reset of the watermark follows its flush under this lock: with the generation
+	// still current here, every delivery of the shard was settled before any seek.
+	if !w.state().mayCheckpoint() || !current() {
 		return false
 	}
 	end := lease.Checkpoint{Sequence: lease.ShardEnd}

@@ -616,3 +616,35 @@ func TestSeekLeaseLostWhileOpening(t *testing.T) {
 		require.NotErrorIs(t, err, context.Canceled)
 	})
 }
+
+// TestSeekWhileShardEndWaits: a reader that fetched a shard's last page waits for the page's
+// deliveries to settle before it writes SHARD_END. A stream-wide seek that drops the page
+// while the reader waits must move the shard back, not let the wait end (the seek's reset of
+// the watermark leaves nothing unsettled) and write SHARD_END over records never delivered:
+// they would be lost, and the seek would fail with ErrShardFinished.
+func TestSeekWhileShardEndWaits(t *testing.T) {
+	synctest.Test(t, testSeekWhileShardEndWaits)
+}
+
+func testSeekWhileShardEndWaits(t *testing.T) {
+	const name = "seek-end"
+	f := newFakeStream(name, 1)
+	parent := f.shards[0].id
+	f.add(0, time.Now(), "p1", "p2", "p3")
+	f.split(0)
+	store := lease.NewMemory()
+	sub := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithStartAt(Horizon()))...)
+	// The reader delivers the only page, sees the shard's end and waits for its deliveries,
+	// which nobody takes.
+	synctest.Wait()
+	require.NoError(t, sub.Seeker().Seek(context.Background(), Horizon()), "the shard was still being read")
+	var got []string
+	for _, m := range recv(t, sub, 3, true) {
+		require.Equal(t, parent, m.ShardID())
+		got = append(got, string(m.Data()))
+	}
+	require.Equal(t, []string{"p1", "p2", "p3"}, got, "every record of the parent, from its start")
+	eventually(t, 5*time.Second, "parent finished", func() bool {
+		return readLease(t, store, name, parent).Checkpoint.Sequence == lease.ShardEnd
+	})
+}
