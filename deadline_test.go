@@ -138,3 +138,106 @@ func pausedPastDeadline(t *testing.T, style string) {
 		}
 	}
 }
+
+// holdDrop is a lease store that, once it has dropped owner's heartbeat row, says so on
+// dropped and holds the answer until resume is closed.
+type holdDrop struct {
+	lease.Store
+	owner           string
+	dropped, resume chan struct{}
+}
+
+func (h *holdDrop) Release(ctx context.Context, key string, t lease.Tenure) (bool, error) {
+	ok, err := h.Store.Release(ctx, key, t)
+	if strings.Contains(key, "/"+ownerRowPrefix+h.owner+"#") {
+		close(h.dropped)
+		<-h.resume
+	}
+	return ok, err
+}
+
+func (h *holdDrop) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	return h.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
+}
+
+// TestCloseDuringHandBackHandsOutNothing: Close drops the heartbeat row, after which peers take
+// every shard bound to it at once, also one this subscriber is still draining after a
+// hand-back. From the drop on nothing is handed out, not even a Process job that fills a gap
+// in that drain (k0/1, behind a k0/0 whose handler ignores its ctx and returns just then).
+func TestCloseDuringHandBackHandsOutNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeStream("close-handback", 2)
+		for i := range 2 {
+			addKeyed(f, i, 9, 3, map[string]int{})
+		}
+		store := &holdDrop{Store: lease.NewMemory(), owner: "a", dropped: make(chan struct{}), resume: make(chan struct{})}
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithInitialPosition(Horizon()))...)
+		eventually(t, 5*time.Second, "a reads both", func() bool { return reading(a) == 2 })
+		handingBack := func(shard string) bool {
+			for _, st := range a.Shards() {
+				if st.ShardID == shard && st.State == ShardHandingBack {
+					return true
+				}
+			}
+			return false
+		}
+		var mu sync.Mutex
+		var back string
+		started := map[string][]string{}
+		returned := make(chan struct{})
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		processed := make(chan error, 1)
+		go func() {
+			processed <- a.Process(ctx, func(ctx context.Context, m *Message) error {
+				mu.Lock()
+				started[m.ShardID()] = append(started[m.ShardID()], string(m.Data()))
+				mu.Unlock()
+				if string(m.Data()) != "k0/0" {
+					return nil
+				}
+				for !handingBack(m.ShardID()) {
+					mu.Lock()
+					other := back != ""
+					mu.Unlock()
+					if other {
+						return nil // the shard kept: it closes at once
+					}
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(time.Millisecond):
+					}
+				}
+				mu.Lock()
+				back = m.ShardID()
+				mu.Unlock()
+				<-returned // a downstream that ignores ctx
+				return nil
+			}, WithOrderKey(func(m *Message) string {
+				return m.ShardID() + "/" + m.PartitionKey() // the other shard's k0 is not held by this one's
+			}))
+		}()
+		synctest.Wait()
+		subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("b"))...)
+		eventually(t, 10*time.Second, "a hands one back", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return back != ""
+		})
+		t0 := time.Now()
+		closed := make(chan error, 1)
+		go func() { closed <- a.Close(context.Background()) }()
+		<-store.dropped
+		close(returned) // k0/0 returns: k0/1 would fill the gap below k1/2 and k2/2
+		synctest.Wait()
+		mu.Lock()
+		got := started[back]
+		mu.Unlock()
+		t.Logf("the heartbeat row dropped %v after Close began; started on the shard handed back: %v", time.Since(t0), got)
+		require.NotContains(t, got, "k0/1", "a job started after the heartbeat row was dropped")
+		close(store.resume)
+		require.NoError(t, <-closed)
+		require.ErrorIs(t, <-processed, ErrClosed)
+	})
+}

@@ -393,6 +393,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	// deadline that would lose them.
 	s.stopTenure()
 	<-s.tenureDone
+	s.tenure.resign()
 	errs.add(s.dropHeartbeat(write))
 	close(release)
 	<-s.coordinating

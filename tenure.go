@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -100,6 +101,17 @@ func (t *tenure) owner() string {
 // called for every record handed out, so it reads one atomic and the clock.
 func (t *tenure) mayHandOut() bool {
 	return t == nil || int64(time.Since(t.base)) < t.until.Load()
+}
+
+// resign ends the hand-outs for good, before the heartbeat row is dropped at Close: from then
+// on peers may take every shard bound to the row at once, also one still draining after a
+// hand-back, whose Process may otherwise start a record left in a gap. It is called once the
+// renewals have stopped; no confirmation moves the deadline again.
+func (t *tenure) resign() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.passed = true
+	t.until.Store(math.MinInt64)
 }
 
 // whenRevived returns a channel closed once records may be handed out again after the deadline
