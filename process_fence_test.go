@@ -562,6 +562,25 @@ func linkedJobs(p *processor) int {
 	return n
 }
 
+// laneJobs returns the records p holds (queued, running or dropped and not yet let go) by
+// shard; nil for a nil p.
+func laneJobs(p *processor) map[string]int {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for id, l := range p.lanes {
+		for _, q := range l.keys {
+			for x := q.head; x != nil; x = x.next {
+				out[id]++
+			}
+		}
+	}
+	return out
+}
+
 // TestProcessMaxInFlightAcrossSeeks: a handler that ignores its ctx keeps running across six
 // seeks; the records each seek gives back are let go, so Process holds no more than the cap
 // (and the one running) whatever the number of generations.

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -156,16 +157,37 @@ func (m chanMutex) Unlock()   { <-m.ch }
 
 // simRun is one run of an instance: one Subscribe, one owner name with its incarnation.
 type simRun struct {
-	in     *simInstance
-	rng    *rand.Rand // its steps' draws, under mu
-	mu     sync.Mutex
-	label  string
-	gate   *sim.Gate
+	in    *simInstance
+	rng   *rand.Rand // its steps' draws, under mu
+	mu    sync.Mutex
+	label string
+	gate  *sim.Gate
+	// maxInFlight is its WithMaxInFlight: what its Process may hold of a shard, with the
+	// records its workers run on after their shard's generation ended.
+	maxInFlight int
+	// throttleUntil is when the service stops throttling half of its GetShardIterator and
+	// GetRecords calls, in Unix ns (simFleet.throttle).
+	throttleUntil atomic.Int64
+	// interrupt ends its current Process call, which the consumer then calls again
+	// (simFleet.interrupt); nil when it runs none. Under mu.
+	interrupt context.CancelCauseFunc
+	// slow counts its handlers running slow, ignoring their ctx.
+	slow   atomic.Int32
 	faults *sim.StoreFaults
 	sub    *Subscriber
 	stop   context.CancelFunc
 	done   chan struct{} // closed when its consumer returned
 }
+
+// simConcurrency is the simulated Process's WithConcurrency.
+const simConcurrency = 4
+
+// errSimSuperseded is what a simulated handler returns when the sink refused its record's
+// effect because a later holding of its shard wrote the key's mark (dynamosink.ErrSuperseded).
+var errSimSuperseded = errors.New("sim: superseded")
+
+// errSimInterrupt ends a simulated Process call that its consumer calls again.
+var errSimInterrupt = errors.New("sim: Process interrupted")
 
 func runSim(t *testing.T, seed uint64, strict bool) {
 	f := &simFleet{
@@ -280,11 +302,13 @@ func (in *simInstance) start() {
 		r.faults.On.Store(!f.healed)
 	}
 	checkpointEvery := []time.Duration{0, 300 * time.Millisecond, time.Second}[rng.IntN(3)]
+	r.maxInFlight = []int{4, 16, 10000}[rng.IntN(3)] // 10000: the default
 	f.mu.Unlock()
 	store := &sim.Client{T: f.table, Name: in.name, Skew: in.skew, Gate: r.gate, Faults: r.faults}
 	cfg := f.srv.Config()
 	cfg.Credentials = aws.AnonymousCredentials{}
-	cfg.HTTPClient = &http.Client{Transport: &simTransport{base: f.srv.HTTPClient().Transport, f: f, gate: r.gate, label: r.label}}
+	cfg.HTTPClient = &http.Client{Transport: &simTransport{base: f.srv.HTTPClient().Transport, f: f, run: r,
+		throttle: rand.New(rand.NewPCG(f.seed, uint64(in.slot)<<32|uint64(in.runs)|1<<30))}}
 	var incarnations int
 	pr := &probeSet{
 		pause:     r.gate.Hold,
@@ -299,7 +323,7 @@ func (in *simInstance) start() {
 	opts := []Option{
 		WithLeaseStore(store), WithOwner(in.name), WithLeaseTTL(f.ttl), WithPollInterval(time.Second),
 		WithShardSyncInterval(2 * time.Second), WithCheckpointInterval(checkpointEvery),
-		WithRequestTimeout(time.Second), WithInitialPosition(Horizon()), withProbes(pr),
+		WithRequestTimeout(time.Second), WithInitialPosition(Horizon()), withProbes(pr), WithMaxInFlight(r.maxInFlight),
 	}
 	if *simTrace && !*simNoLog {
 		opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(simLogW{f, in.name}, &slog.HandlerOptions{Level: slog.LevelDebug}))))
@@ -316,7 +340,7 @@ func (in *simInstance) start() {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	f.logf("%s started as %s (%s, skew %v, checkpoint every %v)", r.label, r.sub.cfg.owner, in.style, in.skew, checkpointEvery)
+	f.logf("%s started as %s (%s, skew %v, checkpoint every %v, in flight %d)", r.label, r.sub.cfg.owner, in.style, in.skew, checkpointEvery, r.maxInFlight)
 	f.mu.Lock()
 	if len(f.running) == 0 {
 		// Nothing ran since the crashes: failover is timed from the first instance that can act.
@@ -326,6 +350,7 @@ func (in *simInstance) start() {
 	}
 	f.running[r] = time.Now()
 	f.mu.Unlock()
+	f.check.Restarted(in.name)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop, r.done = cancel, make(chan struct{})
 	in.cur = r
@@ -341,6 +366,11 @@ func (r *simRun) consume(ctx context.Context) {
 	ack := func(m *Message) {
 		r.gate.Hold()
 		if r.gate.Dead() {
+			return
+		}
+		// Its effect goes through the fenced sink first; one a later holding of its shard
+		// refused is left unsettled, as a consumer that got dynamosink.ErrSuperseded would.
+		if f.check.Apply(r.delivery(m)) == sim.Superseded {
 			return
 		}
 		// Handled as the consumer acks it: an Ack that writes the checkpoint (WithCheckpointInterval(0))
@@ -383,19 +413,64 @@ func (r *simRun) consume(ctx context.Context) {
 			}
 		}
 	case "process":
-		_ = sub.Process(ctx, func(_ context.Context, m *Message) error {
-			if !r.gate.Dead() {
-				f.check.Started(r.label, string(m.Data()))
-				f.traceRecord(r, "started", m)
+		r.process(ctx)
+	}
+}
+
+// process runs Process on the run's subscription until ctx ends or the subscription does,
+// calling it again each time simFleet.interrupt ended it, as a service restarting its
+// handling loop would: the records an ended call took and did not handle are read again.
+func (r *simRun) process(ctx context.Context) {
+	sub, f := r.sub, r.in.f
+	var p atomic.Pointer[processor]
+	handle := func(_ context.Context, m *Message) error {
+		if !r.gate.Dead() {
+			f.check.Started(r.label, string(m.Data()))
+			f.traceRecord(r, "started", m)
+			for shard, n := range laneJobs(p.Load()) {
+				f.check.Held(r.label, shard, n, r.maxInFlight, r.maxInFlight+simConcurrency)
 			}
-			r.gate.Hold()
-			if !r.gate.Dead() {
-				f.check.Acked(r.delivery(m)) // Process acks it when the handler returns
-				f.check.Handled(string(m.Data()))
-				f.traceRecord(r, "handled", m)
-			}
+		}
+		// Now and then a handler is slow on a downstream that ignores its ctx: it runs on
+		// across seeks, lease moves and reshards while the rest of its instance goes on.
+		r.mu.Lock()
+		slow := r.rng.Float64() < 0.02
+		d := time.Duration(r.rng.Int64N(int64(2 * f.ttl)))
+		r.mu.Unlock()
+		if slow {
+			r.slow.Add(1)
+			time.Sleep(d)
+			r.slow.Add(-1)
+		}
+		r.gate.Hold()
+		if r.gate.Dead() {
 			return nil
-		}, WithConcurrency(4))
+		}
+		if f.check.Apply(r.delivery(m)) == sim.Superseded {
+			f.traceRecord(r, "superseded", m)
+			return errSimSuperseded // retried until Process lets go of the shard's generation
+		}
+		f.check.Acked(r.delivery(m)) // Process acks it when the handler returns
+		f.check.Handled(string(m.Data()))
+		f.traceRecord(r, "handled", m)
+		return nil
+	}
+	for ctx.Err() == nil {
+		pctx, cancel := context.WithCancelCause(ctx)
+		r.mu.Lock()
+		r.interrupt = cancel
+		r.mu.Unlock()
+		err := sub.Process(pctx, handle, WithConcurrency(simConcurrency), WithRetryBackoff(50*time.Millisecond, time.Second),
+			func(c *processConfig) { c.started = p.Store })
+		r.mu.Lock()
+		r.interrupt = nil
+		r.mu.Unlock()
+		cancel(nil)
+		if !errors.Is(err, errSimInterrupt) {
+			return // the run or its subscription ended
+		}
+		f.check.Abandoned(r.label) // and what its handlers acked as it stopped
+
 	}
 }
 
@@ -428,6 +503,11 @@ func (r *simRun) step(name, shard string, t lease.Tenure) {
 	switch name {
 	case "draining":
 		f.check.Draining(shard, t)
+		if r.slow.Load() > 0 {
+			// A handler that ignores its ctx may hold a key whose later record fills a gap
+			// in this drain: Process cannot start that record, and gives it back.
+			f.check.GaveUp(shard, t)
+		}
 		return
 	case "gave-up", "final-checkpoint-failed":
 		f.check.GaveUp(shard, t)
@@ -466,11 +546,10 @@ func (f *simFleet) produce(d time.Duration) {
 			f.next++
 			key := fmt.Sprintf("k%d", keys.IntN(32))
 			f.mu.Unlock()
+			f.check.Put(id, key) // before a reader can see it
 			if _, err := f.srv.Put(context.Background(), f.stream, key, []byte(id)); err != nil {
 				f.t.Errorf("put %s: %v", id, err)
-				continue
 			}
-			f.check.Put(id, key)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -519,9 +598,75 @@ func (f *simFleet) trouble(d time.Duration) {
 				f.cut(r, span, x < 0.48)
 			case x < 0.65:
 				f.reshard()
+			case x < 0.72:
+				f.seek(r)
+			case x < 0.80:
+				f.interrupt(f.processRun(in), span)
+			case x < 0.88:
+				f.throttle(r, span)
 			}
 		}
 	}
+}
+
+// seek moves run r's subscription back to the start of the stream, as an admin would: its
+// shards are read again, and the sink refuses what it applied before as replays.
+func (f *simFleet) seek(r *simRun) {
+	f.logf("%s seeks to the start", r.label)
+	f.check.Rewound(r.in.name)
+	f.bg.Add(1)
+	go func() { // owned by the fleet (bg)
+		defer f.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.sub.Seeker().Seek(ctx, Horizon()); err != nil {
+			f.logf("%s seek: %v", r.label, err)
+		}
+	}()
+}
+
+// processRun returns the current run of the first instance from in on (in slot order, round)
+// that consumes with Process, or nil.
+func (f *simFleet) processRun(in *simInstance) *simRun {
+	for i := range f.slots {
+		next := f.slots[(in.slot+i)%len(f.slots)]
+		if next.style != "process" {
+			continue
+		}
+		next.mu.Lock()
+		r := next.cur
+		next.mu.Unlock()
+		if r != nil && !r.gate.Dead() {
+			return r
+		}
+	}
+	return nil
+}
+
+// interrupt ends run r's Process call, which its consumer calls again, while the service
+// throttles half of r's GetShardIterator and GetRecords calls for span: the records the call
+// took and did not handle are read again, from positions that may take retries to open.
+func (f *simFleet) interrupt(r *simRun, span time.Duration) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	stop := r.interrupt
+	r.mu.Unlock()
+	if stop == nil {
+		return // not a Process consumer, or between calls
+	}
+	f.logf("%s's Process interrupted, Kinesis throttling it for %v", r.label, span)
+	r.throttleUntil.Store(time.Now().Add(span).UnixNano())
+	f.check.Abandoned(r.label) // before a drain it ends gives back what it held
+	stop(errSimInterrupt)
+}
+
+// throttle has the service throttle half of run r's GetShardIterator and GetRecords calls
+// for span.
+func (f *simFleet) throttle(r *simRun, span time.Duration) {
+	f.logf("Kinesis throttles %s for %v", r.label, span)
+	r.throttleUntil.Store(time.Now().Add(span).UnixNano())
 }
 
 func (f *simFleet) crashOrClose(in *simInstance, r *simRun, x float64) {
@@ -705,8 +850,8 @@ func (f *simFleet) heal() {
 func (f *simFleet) settle(limit time.Duration) {
 	end := time.Now().Add(limit)
 	for time.Now().Before(end) {
-		if len(f.check.Missing()) == 0 {
-			f.logf("everything delivered")
+		if len(f.check.Missing()) == 0 && len(f.check.EffectsMissing()) == 0 {
+			f.logf("everything delivered and applied")
 			return
 		}
 		time.Sleep(time.Second)
@@ -741,6 +886,8 @@ func (f *simFleet) report() {
 	problems := f.check.Violations()
 	if missing := f.check.Missing(); len(missing) > 0 {
 		problems = append(problems, fmt.Sprintf("%d records never delivered after the faults ended: %s", len(missing), strings.Join(missing[:min(10, len(missing))], " ")))
+	} else if missing := f.check.EffectsMissing(); len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("%d records delivered and never applied through the sink after the faults ended: %s", len(missing), strings.Join(missing[:min(10, len(missing))], " ")))
 	}
 	// Goals, not safety: held to strictly with -sim.strict (make sim), reported otherwise.
 	misses := f.check.Misses()
@@ -752,6 +899,7 @@ func (f *simFleet) report() {
 		}
 		simFailovers.addTime(f.worst)
 	}
+	simSinkStats.add(f.check)
 	if len(misses) > 0 {
 		simMissed.add(f.seed, misses[0])
 		if f.strict {
@@ -788,6 +936,34 @@ func simSummary(t *testing.T, runs int) {
 	}
 	t.Logf("%d runs; crash failover over %d crash-profile runs: p50 %v, p99 %v, max %v; goals missed in %d runs%s",
 		runs, len(ts), pct(0.5), pct(0.99), pct(1), len(simMissed.seeds), strings.Join(append([]string{""}, simMissed.seeds...), "\n  seed "))
+	s := &simSinkStats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.Logf("sink: %d effects applied, %d replays and %d superseded holdings' writes refused; Process held its in-flight cap of a shard in %d runs, at most %d records",
+		s.applied, s.replays, s.superseded, s.atCap, s.heldTop)
+}
+
+// simSinkStats sums, over one TestSimulation, what the modelled sink did and what Process held:
+// a run that never refused a write, or never held its cap, did not test those paths.
+var simSinkStats simSinkSums
+
+type simSinkSums struct {
+	mu                                  sync.Mutex
+	applied, replays, superseded, atCap int
+	heldTop                             int
+}
+
+func (s *simSinkSums) add(c *sim.Checker) {
+	applied, replays, superseded, heldTop, atCap := c.SinkStats()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applied += applied
+	s.replays += replays
+	s.superseded += superseded
+	s.heldTop = max(s.heldTop, heldTop)
+	if atCap {
+		s.atCap++
+	}
 }
 
 // simFailoverBound is the longest a crashed instance's shard may go unread under the protocol
@@ -825,17 +1001,30 @@ func (g *simGoals) addTime(d time.Duration) {
 // simTransport carries an instance's Kinesis calls through its gate, and times crash
 // failover: the first GetShardIterator for a shard whose reader crashed.
 type simTransport struct {
-	base  http.RoundTripper
-	f     *simFleet
-	gate  *sim.Gate
-	label string
+	base http.RoundTripper
+	f    *simFleet
+	run  *simRun
+
+	mu       sync.Mutex
+	throttle *rand.Rand // which calls are throttled while the run is (under mu)
 }
 
 func (st *simTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if err := st.gate.Enter(r.Context()); err != nil {
+	if err := st.run.gate.Enter(r.Context()); err != nil {
 		return nil, err
 	}
-	if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".GetShardIterator") && r.Body != nil {
+	target := r.Header.Get("X-Amz-Target")
+	reads := strings.HasSuffix(target, ".GetShardIterator") || strings.HasSuffix(target, ".GetRecords")
+	if reads && time.Now().UnixNano() < st.run.throttleUntil.Load() {
+		st.mu.Lock()
+		throttled := st.throttle.IntN(2) == 0
+		st.mu.Unlock()
+		if throttled {
+			st.run.gate.Leave()
+			return simThrottled(r), nil
+		}
+	}
+	if strings.HasSuffix(target, ".GetShardIterator") && r.Body != nil {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var in struct{ ShardId string }
@@ -849,12 +1038,27 @@ func (st *simTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		}
 		f.mu.Unlock()
 		if ok {
-			f.logf("%s read again by %s after %v", in.ShardId, st.label, time.Since(since))
+			f.logf("%s read again by %s after %v", in.ShardId, st.run.label, time.Since(since))
 		}
 	}
 	resp, err := st.base.RoundTrip(r)
-	st.gate.Leave()
+	st.run.gate.Leave()
 	return resp, err
+}
+
+// simThrottled is the service's answer to a read over a shard's limits.
+func simThrottled(r *http.Request) *http.Response {
+	if r.Body != nil {
+		_, _ = io.Copy(io.Discard, r.Body)
+		_ = r.Body.Close()
+	}
+	body := `{"__type":"ProvisionedThroughputExceededException","message":"Rate exceeded for shard in stream sim."}`
+	return &http.Response{
+		Status: "400 Bad Request", StatusCode: http.StatusBadRequest, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"application/x-amz-json-1.1"}, "X-Amzn-Requestid": {"sim-throttle"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)), Request: r,
+	}
 }
 
 // simRegressionSeeds are seeds that once broke a promise, run by every TestSimulation before
@@ -881,6 +1085,10 @@ var simRegressionSeeds = []struct {
 	{2390, "two readers: a take begun under the old owner name registered its shard after the heartbeat row was found taken over"},
 	{3615, "a send into Messages blocked across a pause completed after the deadline: as a receive before the pause, which the checker now counts so"},
 	{1099, "two readers, and a checkpoint moved back: a take whose write did not land read back an older holding of its own and read under it, while that holding's late Release (or checkpoint) landed; and an owner whose heartbeat read failed, never read before, counted as gone"},
+	// The sink and Seek events.
+	{103, "records lost: a seek while the reader waited on a finished shard's last page emptied the watermark, and the wait wrote SHARD_END over the dropped page"},
+	{1763, "records lost: as 103, on a parent whose children were already listed"},
+	{451, "two readers: Close dropped the heartbeat row while a shard handed back before still drained, and Process started a job filling its gap after a peer took the shard"},
 }
 
 // simGoalSeeds once missed a goal (crash failover within TTL + 2 s, nothing acked delivered

@@ -25,6 +25,13 @@ import (
 //     crashes and reshards). Reported as a missed goal, not yet as a broken promise: "handled"
 //     is an Ack that returned nil, and whether an Ack that returned an error may still have
 //     moved the checkpoint is not settled.
+//   - through a fenced, marked sink (Apply: a model of dynamosink's condition), every record's
+//     effect lands exactly once and in its key's order: none is applied after a later record of
+//     its key (which would refuse it as a replay for good), none twice, and every record put
+//     has its effect applied once the faults stopped (EffectsMissing). A promise, where the
+//     handlers' starts above are a goal: a handler that outlives its lease may start out of
+//     order, and the fencing token it carries keeps its write out;
+//   - Process holds no more of a shard's records than its in-flight cap allows (Held).
 //
 // It is safe for concurrent use.
 type Checker struct {
@@ -38,6 +45,7 @@ type Checker struct {
 	top        map[string]token     // shard → the highest counter handed out, and by whom
 	started    map[holding]lease.Checkpoint
 	acked      map[holding]lease.Checkpoint // the newest record acked in a holding
+	ackedBy    map[holding]string           // the instance that acked it
 	drained    map[holding]lease.Checkpoint // acked when its drain began
 	handOuts   int
 
@@ -46,7 +54,32 @@ type Checker struct {
 	lastOf  map[string]string // key → its record put last
 	begun   map[string]bool   // record ids whose handler was started
 	handled map[string]bool   // record ids whose handler returned, having acked
+
+	marks    map[string]mark // key → the sink's high-water mark
+	applied  map[string]bool // record ids whose effect the sink applied
+	outcomes [3]int          // the sink's answers, by Outcome
+	heldTop  int             // the most a Process held of one shard
+	atCap    bool            // a Process held its shard's in-flight cap
+
+	rewound map[string]bool // owners whose current run sought back (Rewound)
 }
+
+// mark is a key's high-water mark in the modelled sink: the record applied last, its shard and
+// the counter of the holding that applied it.
+type mark struct {
+	at      lease.Checkpoint
+	shard   string
+	counter int64
+}
+
+// Outcome is what the modelled sink did with a record's effect.
+type Outcome int
+
+const (
+	Applied    Outcome = iota // the effect landed
+	Replay                    // refused: the key's mark is at or past the record
+	Superseded                // refused: a later holding of the record's shard wrote the key's mark
+)
 
 type token struct {
 	owner   string
@@ -63,9 +96,10 @@ type holding struct {
 func NewChecker(stream string) *Checker {
 	return &Checker{
 		stream: stream, put: map[string]time.Time{}, delivered: map[string]int{}, top: map[string]token{},
-		started: map[holding]lease.Checkpoint{}, acked: map[holding]lease.Checkpoint{}, drained: map[holding]lease.Checkpoint{},
+		started: map[holding]lease.Checkpoint{}, acked: map[holding]lease.Checkpoint{}, ackedBy: map[holding]string{}, drained: map[holding]lease.Checkpoint{},
 		keyOf: map[string]string{}, prevOf: map[string]string{}, lastOf: map[string]string{},
 		begun: map[string]bool{}, handled: map[string]bool{},
+		marks: map[string]mark{}, applied: map[string]bool{}, rewound: map[string]bool{},
 	}
 }
 
@@ -93,7 +127,6 @@ func (c *Checker) Violations() []string {
 	return append([]string(nil), c.violations...)
 }
 
-// Put records a record published, by its id.
 // Put records a record published, by its id, under key. Records of one key are put one after
 // another, in the order Put is called.
 func (c *Checker) Put(id, key string) {
@@ -128,6 +161,95 @@ func (c *Checker) Handled(id string) {
 	c.mu.Unlock()
 }
 
+// Rewound records that owner's subscription is about to seek back to the start of the stream:
+// from now until the owner starts anew (Restarted), its holdings hand out records before the
+// checkpoints they started from, move those checkpoints back and hand back shards behind what
+// they acked, as asked. Two readers, lost records and the sink's order are checked as before.
+func (c *Checker) Rewound(owner string) {
+	c.mu.Lock()
+	c.rewound[owner] = true
+	c.mu.Unlock()
+}
+
+// Restarted records that owner's subscription is a new one: its holdings start from their
+// checkpoints again.
+func (c *Checker) Restarted(owner string) {
+	c.mu.Lock()
+	delete(c.rewound, owner)
+	c.mu.Unlock()
+}
+
+// instanceOf returns the instance an owner name belongs to: a holding's owner is the
+// instance's name and its incarnation (name#incarnation).
+func instanceOf(owner string) string {
+	name, _, _ := strings.Cut(owner, "#")
+	return name
+}
+
+// Apply models a sink that writes a record's effect with its key's high-water mark in one
+// conditional write (dynamosink): the write lands when the key has no mark, or its mark is
+// below the record and was not written by a later holding of the record's shard. It checks
+// that the key's records land in order, each once, and returns what the sink did.
+func (c *Checker) Apply(d Delivery) Outcome {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.apply(d)
+	c.outcomes[out]++
+	return out
+}
+
+func (c *Checker) apply(d Delivery) Outcome {
+	key := c.keyOf[d.ID]
+	m, ok := c.marks[key]
+	switch {
+	case ok && !after(d.At, m.at):
+		if !c.applied[d.ID] {
+			c.fail("key %s: %s's effect refused as a replay, never applied (mark %s): lost", key, d.ID, m.at.Sequence)
+		}
+		return Replay
+	case ok && m.shard == d.Shard && m.counter > d.Tenure.Counter:
+		return Superseded
+	}
+	if c.applied[d.ID] {
+		c.fail("key %s: %s's effect applied twice (by %s under counter %d)", key, d.ID, d.Instance, d.Tenure.Counter)
+	}
+	if prev, ok := c.prevOf[d.ID]; ok && !c.applied[prev] {
+		c.fail("key %s: %s applied %s's effect before %s's, the key's record before it: that one is lost",
+			key, d.Instance, d.ID, prev)
+	}
+	c.applied[d.ID] = true
+	c.marks[key] = mark{d.At, d.Shard, d.Tenure.Counter}
+	return Applied
+}
+
+// EffectsMissing returns the records put whose effect the sink never applied, sorted.
+func (c *Checker) EffectsMissing() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id := range c.put {
+		if !c.applied[id] {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Held checks what a Process holds of one shard: n records, where its in-flight cap and its
+// workers (a handler that outlives its shard's generation keeps its record) allow bound;
+// limit is its cap alone.
+func (c *Checker) Held(instance, shard string, n, limit, bound int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.heldTop = max(c.heldTop, n)
+	c.atCap = c.atCap || n >= limit
+	if n <= bound {
+		return
+	}
+	c.fail("shard %s: %s's Process holds %d records, above its bound %d (in-flight cap and workers)", shard, instance, n, bound)
+}
+
 // Delivery is one record handed out.
 type Delivery struct {
 	Instance string
@@ -159,7 +281,7 @@ func (c *Checker) HandOut(d Delivery, at time.Time) {
 		c.fail("shard %s: lease counter %d handed out by %s and by %s", d.Shard, d.Tenure.Counter, top.owner, d.Tenure.Owner)
 	}
 	h := holding{d.Shard, d.Tenure.Counter}
-	if from, ok := c.started[h]; ok && !after(d.At, from) {
+	if from, ok := c.started[h]; ok && !after(d.At, from) && !c.rewound[instanceOf(d.Tenure.Owner)] {
 		c.fail("shard %s: %s handed out %s (%s) under counter %d, at or before the checkpoint %s its holding started from",
 			d.Shard, d.Instance, d.ID, d.At.Sequence, d.Tenure.Counter, from.Sequence)
 	}
@@ -172,6 +294,23 @@ func (c *Checker) Acked(d Delivery) {
 	h := holding{d.Shard, d.Tenure.Counter}
 	if a, ok := c.acked[h]; !ok || after(d.At, a) {
 		c.acked[h] = d.At
+		c.ackedBy[h] = d.Instance
+	}
+}
+
+// Abandoned records that instance's Process call ended with records taken and not handled:
+// they are read again (a shard still read moves back to the first of them; a draining one's
+// drain has them given back), and so are the records acked after them in their holding. What
+// the instance acked so far is no longer held against its next checkpoints or hand-backs.
+func (c *Checker) Abandoned(instance string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for h, by := range c.ackedBy {
+		if by == instance {
+			delete(c.acked, h)
+			delete(c.ackedBy, h)
+			delete(c.drained, h)
+		}
 	}
 }
 
@@ -205,6 +344,9 @@ func (c *Checker) Applied(w Write) {
 	if w.After.Counter != w.Before.Counter && w.After.Key != "" {
 		c.started[holding{shard, w.After.Counter}] = w.After.Checkpoint
 	}
+	if c.rewound[instanceOf(w.Writer)] {
+		return
+	}
 	switch w.Op {
 	case "Checkpoint", "CheckpointOrdered":
 		if w.Before.Checkpoint.Sequence != "" && after(w.Before.Checkpoint, w.After.Checkpoint) {
@@ -218,6 +360,14 @@ func (c *Checker) Applied(w Write) {
 				shard, w.Writer, w.Before.Counter, w.After.Checkpoint.Sequence, a.Sequence)
 		}
 	}
+}
+
+// SinkStats reports how often the modelled sink applied an effect and refused a replay or a
+// superseded holding's, the most a Process held of one shard, and whether one held its cap.
+func (c *Checker) SinkStats() (applied, replays, superseded, heldTop int, atCap bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.outcomes[Applied], c.outcomes[Replay], c.outcomes[Superseded], c.heldTop, c.atCap
 }
 
 // Missing returns the records put and never delivered, sorted.
