@@ -173,14 +173,6 @@ func TestCloseDuringHandBackHandsOutNothing(t *testing.T) {
 		store := &holdDrop{Store: lease.NewMemory(), owner: "a", dropped: make(chan struct{}), resume: make(chan struct{})}
 		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithInitialPosition(Horizon()))...)
 		eventually(t, 5*time.Second, "a reads both", func() bool { return reading(a) == 2 })
-		handingBack := func(shard string) bool {
-			for _, st := range a.Shards() {
-				if st.ShardID == shard && st.State == ShardHandingBack {
-					return true
-				}
-			}
-			return false
-		}
 		var mu sync.Mutex
 		var back string
 		started := map[string][]string{}
@@ -196,7 +188,7 @@ func TestCloseDuringHandBackHandsOutNothing(t *testing.T) {
 				if string(m.Data()) != "k0/0" {
 					return nil
 				}
-				for !handingBack(m.ShardID()) {
+				for !handingBack(a, m.ShardID()) {
 					mu.Lock()
 					other := back != ""
 					mu.Unlock()

@@ -260,6 +260,16 @@ func TestProcessCloseGivesBackRetries(t *testing.T) {
 	})
 }
 
+// handingBack reports whether sub shows shard as handed back, draining.
+func handingBack(sub *Subscriber, shard string) bool {
+	for _, st := range sub.Shards() {
+		if st.ShardID == shard && st.State == ShardHandingBack {
+			return true
+		}
+	}
+	return false
+}
+
 // TestProcessHandBack: when the shard is handed back for balance, the running handlers get the
 // drain, and so do the records that wait below a record handled (a gap the last checkpoint
 // could not pass): the lease is released with the checkpoint of everything handled as soon as
@@ -284,14 +294,6 @@ func TestProcessHandBack(t *testing.T) {
 				store := lease.NewMemory()
 				a := subscribeFake(t, f, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithInitialPosition(Horizon()))...)
 				eventually(t, 5*time.Second, "a reads both", func() bool { return reading(a) == 2 })
-				handingBack := func(shard string) bool {
-					for _, st := range a.Shards() {
-						if st.ShardID == shard && st.State == ShardHandingBack {
-							return true
-						}
-					}
-					return false
-				}
 				var mu sync.Mutex
 				started := map[string][]string{}
 				var since, ended time.Time
@@ -302,7 +304,7 @@ func TestProcessHandBack(t *testing.T) {
 					if string(m.Data()) != "k0/0" {
 						return nil
 					}
-					for !handingBack(m.ShardID()) {
+					for !handingBack(a, m.ShardID()) {
 						select {
 						case <-ctx.Done():
 							return ctx.Err() // the shard kept (Close)
