@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -31,6 +32,7 @@ type coordinator struct {
 	claimEvery time.Duration        // the claim tick
 	peers      peers                // what it saw of the other owners' heartbeat rows (reap.go)
 	watched    []string             // the owners watchPeers read last time
+	balanced   atomic.Int64         // balance rounds done, for tests that count rounds, not time
 }
 
 func newCoordinator(s *Subscriber) *coordinator {
@@ -91,6 +93,7 @@ func (c *coordinator) coordinate(ctx context.Context) {
 			c.watch.saw(c.claim(ctx, false))
 		case <-balanceT.C:
 			c.cleanup(ctx, c.watch.saw(c.claim(ctx, true)))
+			c.balanced.Add(1)
 		}
 	}
 }
