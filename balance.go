@@ -45,6 +45,7 @@ type balanceIn struct {
 	readable []string               // shards that may be read now, sorted
 	leases   map[string]lease.Lease // shard leases by shard id
 	orphans  map[string]bool        // shards whose lease leases shows free because its owner stopped
+	overdue  map[string]bool        // orphans found free for a claim tick: taken whatever the share
 	beats    map[string]lease.Lease // heartbeat rows by owner
 	local    map[string]shardState  // the states of the shards held here, by shard id
 	taken    map[string]bool        // shards this subscriber took after the table was read
@@ -154,7 +155,10 @@ func planTake(in *balanceIn, r chooser) []string {
 		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner || byLoad && in.load.moved[id] && !in.orphans[id] {
 			continue
 		}
-		if len(want) < room || in.orphans[id] && len(want) < orphanRoom {
+		// An orphan nobody took for a claim tick is taken above the share: the share may count
+		// an owner that will not take it (one closing, or one that joined and stopped before
+		// its row stood still long enough to drop out). Balancing moves it later.
+		if len(want) < room || in.orphans[id] && (len(want) < orphanRoom || in.overdue[id]) {
 			want = append(want, id)
 		}
 	}
@@ -162,12 +166,19 @@ func planTake(in *balanceIn, r chooser) []string {
 }
 
 // hungry reports whether the round, which wanted want leases and took taken of them, left
-// this subscriber wanting more: a take failed, it is below its share by count, or, balancing by
-// load, free leases remain (it takes one a round, and may be the least loaded next).
+// this subscriber wanting more: a take failed, it is below its share by count, a stopped
+// owner's lease is left that nobody took (the share may count an owner that stopped too, and
+// drops it as soon as its row stood still for TTL/2), or, balancing by load, free leases remain
+// (it takes one a round, and may be the least loaded next).
 func (in *balanceIn) hungry(want, taken int) bool {
 	owners, mine := in.counts()
 	if taken < want || mine < len(in.readable)/in.sharers(owners) {
 		return true
+	}
+	for _, id := range in.readable {
+		if in.orphans[id] && !in.taken[id] && !in.leases[id].Held(in.now) {
+			return true
+		}
 	}
 	if _, _, ok := in.byLoad(owners); !ok {
 		return false

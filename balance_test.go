@@ -515,3 +515,43 @@ func TestPlanBalanceConverges(t *testing.T) {
 	}
 	t.Logf("worst: fair %d rounds after a change (%d claim rounds a balance round)", worst, simBalanceEvery)
 }
+
+// TestHungryWhileOrphansLeft: a round that leaves a stopped owner's lease untaken keeps this
+// subscriber reading the table every claim tick, not only at the next shard sync. Here the
+// share counts an owner that joined and crashed before it took anything ("j", whose row still
+// stands): the lease is left to it as an owner below the floor, and it is taken once the row has
+// stood still long enough to drop out of the share, at the first tick after that.
+func TestHungryWhileOrphansLeft(t *testing.T) {
+	c := planCase{table: "me a a b b -", beats: "a b j", local: "R....."}
+	in := c.input(t)
+	in.orphans = map[string]bool{"s05": true}
+	require.Empty(t, planTake(in, globalRand{}), "left to the owner below the floor")
+	require.True(t, in.hungry(0, 0), "a stopped owner's lease left untaken")
+
+	in.orphans = nil
+	require.False(t, in.hungry(0, 0), "no orphan: at its share, nothing to look for")
+
+	in.orphans = map[string]bool{"s05": true}
+	in.taken["s05"] = true
+	in.local["s05"] = stateReading
+	require.False(t, in.hungry(1, 1), "the orphan taken")
+}
+
+// TestPlanTakeOverdueOrphan: a stopped owner's lease that the share leaves to another owner
+// (here one that joined and crashed, still counted) is taken above the share once it has been
+// free for a claim tick.
+func TestPlanTakeOverdueOrphan(t *testing.T) {
+	for _, c := range []planCase{
+		{name: "by count, left to an owner below the floor", table: "me a a b b -", beats: "a b j", local: "R....."},
+		{name: "at the ceiling", table: "me me a a -", beats: "a j", local: "RR..."},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := c.input(t)
+			last := fmt.Sprintf("s%02d", len(strings.Fields(c.table))-1)
+			in.orphans = map[string]bool{last: true}
+			require.Empty(t, planTake(in, globalRand{}), "first found free: left to the share")
+			in.overdue = map[string]bool{last: true}
+			require.Equal(t, []string{last}, planTake(in, globalRand{}), "free for a claim tick: taken")
+		})
+	}
+}

@@ -76,7 +76,8 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		}
 		planned[id] = l
 	}
-	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, orphans: orphans, beats: c.liveness(v, me),
+	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, orphans: orphans, overdue: c.overdue(orphans, sent),
+		beats: c.liveness(v, me),
 		local: s.table.states(v.readable), load: s.env.loads.view(c.peers.seen)}
 	c.noteFleet(in)
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
@@ -110,6 +111,27 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		s.log.Info("lease taken over for balance", logShard, p.steal, "from", p.victim)
 	}
 	return v
+}
+
+// overdue returns the orphans this subscriber found free at rounds a claim tick apart at least,
+// the first of them read before sent; it forgets the others.
+func (c *coordinator) overdue(orphans map[string]bool, sent time.Time) map[string]bool {
+	out := map[string]bool{}
+	for id := range c.orphanSince {
+		if !orphans[id] {
+			delete(c.orphanSince, id)
+		}
+	}
+	for id := range orphans {
+		since, ok := c.orphanSince[id]
+		switch {
+		case !ok:
+			c.orphanSince[id] = sent
+		case sent.Sub(since) >= c.claimEvery:
+			out[id] = true
+		}
+	}
+	return out
 }
 
 // checkHeld loses every shard held here whose lease the round read shows in another holding

@@ -33,10 +33,13 @@ type coordinator struct {
 	peers      peers                // what it saw of the other owners' heartbeat rows (reap.go)
 	watched    []string             // the owners watchPeers read last time
 	balanced   atomic.Int64         // balance rounds done, for tests that count rounds, not time
+	// orphanSince holds, for each lease found free because its owner stopped, the send of the
+	// first listing in a row that found it so (overdue, claim.go).
+	orphanSince map[string]time.Time
 }
 
 func newCoordinator(s *Subscriber) *coordinator {
-	return &coordinator{s: s, wake: make(chan struct{}, 1), gone: map[string]time.Time{}}
+	return &coordinator{s: s, wake: make(chan struct{}, 1), gone: map[string]time.Time{}, orphanSince: map[string]time.Time{}}
 }
 
 // nudge asks for an early claim round.
