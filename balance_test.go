@@ -411,10 +411,17 @@ func (s *planSim) change() {
 	}
 }
 
-// fair reports whether every shard is read by a running owner and every running owner reads
-// floor(n/k) or ceil(n/k) of the n shards.
+// fair reports whether every shard is read by a running owner, every running owner reads
+// floor(n/k) or ceil(n/k) of the n shards, and no owner that stopped looks live any more.
 func (s *planSim) fair() bool {
 	n, k := len(s.shards), len(s.owners)
+	// A crashed owner counts as live to the others until its heartbeat expires, and the split
+	// they make meanwhile includes it: fair is judged once the owners see only the running ones.
+	for name, b := range s.beats {
+		if b.Owner == name && b.Held(s.now) && s.owners[name] == nil {
+			return false
+		}
+	}
 	per := map[string]int{}
 	for _, id := range s.shards {
 		l := s.leases[id]
