@@ -414,8 +414,9 @@ func (r *reader) finish() bool {
 		return false
 	}
 	defer w.unlockFlush()
-	// A seek's reset of the watermark follows its flush under this lock: with the generation
-	// still current here, every delivery of the shard was settled before any seek.
+	// With the generation still current here, no seek has dropped anything: every delivery
+	// was settled (the wait above), so SHARD_END skips nothing, and a seek from now on finds
+	// the shard finished.
 	if !w.state().mayCheckpoint() || !current() {
 		return false
 	}
