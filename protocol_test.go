@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -191,6 +192,54 @@ func TestSilentOwnerReapedWhenDue(t *testing.T) {
 	})
 }
 
+// TestOverlookedOwnerReapedWhenDue: a crashed owner whose watchers (the owners before it by
+// name) joined after this subscriber first read its last counter is taken over by this
+// subscriber when due, though it does not watch it: the watchers time the silence from their
+// own first read, later (and here, being peers that only renew, never). The case is a crash
+// whose watchers restart soon after it.
+func TestOverlookedOwnerReapedWhenDue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const name, ttl = "overlooked", 3 * time.Second
+		ctx := context.Background()
+		store := lease.NewMemory()
+		xRow := name + "/" + ownerRowPrefix + "x"
+		mine := &rowReads{Memory: store, key: xRow}
+		f := newFakeStream(name, 4)
+		stopX := livePeer(t, store, name, "x")
+		holdAsPeer(t, store, name, "x", peerLive, f.shards[0].id)
+		holdAsPeer(t, store, name, "b", peerLive, f.shards[1].id)
+		holdAsPeer(t, store, name, "c", peerLive, f.shards[2].id)
+		// a watches b and c, the next owners by name; x is watched by b and c. a holds its
+		// share (one shard of four), so it lists the table only when the change row moves.
+		a := subscribeFake(t, f, fakeOpts(WithLeaseStore(mine), WithOwner("a"), WithLeaseTTL(ttl),
+			WithShardSyncInterval(time.Second), WithBalanceInterval(time.Hour))...)
+		eventually(t, 5*time.Second, "a reads the free shard", func() bool { return reading(a) == 1 })
+		// A watcher joining while x renews costs no read of x's row: the listing that shows the
+		// joiner shows x's counter moved too.
+		livePeer(t, store, name, "v")
+		a.changed(ctx)
+		time.Sleep(2 * ttl)
+		require.Zero(t, mine.n.Load(), "a read the row of a live owner it does not watch")
+		stopX()
+		crashed := time.Now()
+		a.changed(ctx) // a lists the table at its next claim tick: it reads x's last counter
+		time.Sleep(time.Second + 100*time.Millisecond)
+		synctest.Wait()
+		// x's watchers now are w1 and w2, which a first sees after that counter.
+		livePeer(t, store, name, "w1")
+		livePeer(t, store, name, "w2")
+		a.changed(ctx)
+		eventually(t, 2*ttl, "x's row taken over", func() bool {
+			l, err := store.Read(ctx, xRow)
+			return err == nil && l.Owner != "x"
+		})
+		took := time.Since(crashed)
+		require.Less(t, took, time.Second+reapAfter(ttl)+200*time.Millisecond,
+			"taken over later than a claim tick (a's listing) and reapAfter after the crash")
+		eventually(t, 5*time.Second, "a reads x's shard", func() bool { return reading(a) == 2 })
+	})
+}
+
 // TestPendingLeaseOfSilentThiefWaitsDuringReap: a lease stolen by a thief that then goes
 // silent during its wait is read by a peer stealWait after a change-row move made once the
 // thief looked silent (TTL/2), not stealWait after the thief's row was taken over: the
@@ -273,4 +322,18 @@ func TestPendingLeaseOfStoppedVictimReadAtOnce(t *testing.T) {
 		require.Less(t, read.Sub(reaped), stealWait(ttl)/3, "a waited for a victim that had stopped")
 		require.Equal(t, a.cfg.owner, readLease(t, store, name, shard).Owner)
 	})
+}
+
+// rowReads is a lease store that counts the reads of one row.
+type rowReads struct {
+	*lease.Memory
+	key string
+	n   atomic.Int64
+}
+
+func (r *rowReads) Read(ctx context.Context, key string) (lease.Lease, error) {
+	if key == r.key {
+		r.n.Add(1)
+	}
+	return r.Memory.Read(ctx, key)
 }

@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -45,6 +46,7 @@ type beatSeen struct {
 	// missed: the row stood still for TTL/2 (a renewal missed), which a watcher's claim round
 	// has looked into once (pending.go)
 	missed bool
+	first  time.Time // when this subscriber first read the owner's row, whatever its counter
 }
 
 // peers is what this subscriber has seen of the other owners' heartbeat rows. Only the
@@ -60,7 +62,11 @@ func (p *peers) observe(owner string, l lease.Lease, recv time.Time) *beatSeen {
 	}
 	b := p.seen[owner]
 	if b == nil || b.row.Counter != l.Counter || b.row.Owner != l.Owner {
-		b = &beatSeen{since: recv}
+		first := recv
+		if b != nil {
+			first = b.first
+		}
+		b = &beatSeen{since: recv, first: first}
 		p.seen[owner] = b
 	}
 	b.row, b.read = l, recv
@@ -118,24 +124,18 @@ func (c *coordinator) reap(ctx context.Context, owner string, b *beatSeen) bool 
 }
 
 // watchPeers reads, when due, the heartbeat rows this subscriber watches: the next
-// watchedPeers live owners after it by name, and any between them that look silent. It reaps
-// rows silent for reapAfter, and reports whether one was reaped or found gone: a claim round
-// should take the shards bound to it.
+// watchedPeers live owners after it by name, and any between them that look silent. It also
+// reads the rows of overlooked owners once they are due (see overlooked). It reaps rows silent
+// for reapAfter, and reports whether one was reaped or found gone: a claim round should take
+// the shards bound to it.
 func (c *coordinator) watchPeers(ctx context.Context) bool {
 	s := c.s
-	me := s.tenure.owner()
 	ttl := s.cfg.leaseTTL
-	var owners []string
-	for o, b := range c.peers.seen {
-		if o != me && !b.gone(o) {
-			owners = append(owners, o)
-		}
-	}
+	owners := c.liveOwners()
 	if len(owners) == 0 {
 		return false
 	}
-	sort.Strings(owners)
-	start := sort.SearchStrings(owners, me) // the first owner after me, wrapping around
+	start := sort.SearchStrings(owners, s.tenure.owner()) // the first owner after me, wrapping around
 	changed, live := false, 0
 	c.watched = c.watched[:0]
 	for i := 0; i < len(owners) && live < watchedPeers; i++ {
@@ -145,13 +145,10 @@ func (c *coordinator) watchPeers(ctx context.Context) bool {
 		// Every TTL/3 (less half a claim tick, the granularity it is called at): so the renewal
 		// that set a counter is first read at most TTL/3 after it landed.
 		if time.Since(b.read) >= ttl/3-c.claimEvery/2 {
-			cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
-			l, err := s.cfg.store.Read(cctx, s.ownerKeyOf(o))
-			cancel()
-			if err != nil {
+			var ok bool
+			if b, ok = c.readPeer(ctx, o); !ok {
 				return changed
 			}
-			b = c.peers.observe(o, l, time.Now())
 		}
 		if b.gone(o) {
 			s.log.Info("peer's heartbeat row gone", "owner", o)
@@ -171,33 +168,112 @@ func (c *coordinator) watchPeers(ctx context.Context) bool {
 		}
 		live++
 	}
+	for _, o := range c.overlooked(owners) {
+		if c.peers.seen[o].stillFor(time.Now()) < reapAfter(ttl) {
+			continue
+		}
+		b, ok := c.readPeer(ctx, o)
+		switch {
+		case !ok:
+			return changed
+		case b.gone(o):
+			s.log.Info("peer's heartbeat row gone", "owner", o)
+			changed = true
+		case b.stillFor(time.Now()) >= reapAfter(ttl):
+			changed = c.reap(ctx, o, b) || changed
+		}
+	}
 	return changed
 }
 
-// nextReap returns how long until the row of a peer this subscriber has seen standing still
-// will have stood still for reapAfter, and whether that comes before the next claim tick: the
+// readPeer reads owner's heartbeat row (strongly consistent) and notes it; false: the read
+// failed.
+func (c *coordinator) readPeer(ctx context.Context, owner string) (*beatSeen, bool) {
+	cctx, cancel := context.WithTimeout(ctx, c.s.cfg.requestTimeout)
+	defer cancel()
+	l, err := c.s.cfg.store.Read(cctx, c.s.ownerKeyOf(owner))
+	if err != nil {
+		return nil, false
+	}
+	return c.peers.observe(owner, l, time.Now()), true
+}
+
+// liveOwners returns, sorted, the other owners whose heartbeat rows were last read as their own.
+func (c *coordinator) liveOwners() []string {
+	me := c.s.tenure.owner()
+	var owners []string
+	for o, b := range c.peers.seen {
+		if o != me && !b.gone(o) {
+			owners = append(owners, o)
+		}
+	}
+	sort.Strings(owners)
+	return owners
+}
+
+// overlooked returns, of the live owners (sorted) this subscriber does not watch, those with a
+// watcher (one of the watchedPeers owners before each by name) that it first saw only after it
+// first read the owner's current counter. Such a watcher (one that restarted, or joined after the
+// owner fell silent) times that silence from its own first read, so it takes the row over later
+// than this subscriber can; waiting for it would add the gap to the failover of a crash whose
+// watchers restart soon after it. This subscriber reads such an owner's row when it is due and
+// takes it over itself. That costs a read at most once per owner for each joining watcher, since
+// a live owner's counter read at the listing that shows the joiner is newer than the joiner.
+// Other unwatched owners cost no read: their watchers have timed them for longer than this
+// subscriber has.
+func (c *coordinator) overlooked(owners []string) []string {
+	me := c.s.tenure.owner()
+	ring := append(append(make([]string, 0, len(owners)+1), owners...), me)
+	sort.Strings(ring)
+	var out []string
+	for i, o := range ring {
+		if o == me || slices.Contains(c.watched, o) {
+			continue
+		}
+		since := c.peers.seen[o].since
+		for k := 1; k <= watchedPeers && k < len(ring); k++ {
+			w := ring[(i-k+len(ring))%len(ring)]
+			if w != me && c.peers.seen[w].first.After(since) {
+				out = append(out, o)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// nextReap returns how long until the row of a peer this subscriber watches, or has overlooked
+// (or any, while it is below its share), will have stood still for reapAfter, and whether that comes before the next claim tick: the
 // coordinator then looks at that moment rather than at the tick after it, which would add up to
 // a tick to every crash's failover.
 func (c *coordinator) nextReap(now time.Time) (time.Duration, bool) {
-	me := c.s.tenure.owner()
 	wait := c.claimEvery
 	found := false
-	for o, b := range c.peers.seen {
-		if o == me || b.gone(o) {
-			continue
+	due := func(o string, after time.Duration) {
+		b := c.peers.seen[o]
+		if b == nil || b.gone(o) {
+			return
 		}
-		if d := reapAfter(c.s.cfg.leaseTTL) - b.stillFor(now); d > 0 && d < wait {
+		if d := after - b.stillFor(now); d > 0 && d < wait {
 			wait, found = d, true
 		}
 	}
+	for _, o := range c.watched {
+		due(o, reapAfter(c.s.cfg.leaseTTL))
+	}
+	// A subscriber below its share lists the table at every tick, and a listing takes over every
+	// row due (claim.go, settleOwners): it looks at every owner's. Others look at the overlooked.
+	others := c.liveOwners()
+	if !c.watch.hungry {
+		others = c.overlooked(others)
+	}
+	for _, o := range others {
+		due(o, reapAfter(c.s.cfg.leaseTTL))
+	}
 	// And when a watched row will have stood still for TTL/2 (watchPeers then lists the table).
 	for _, o := range c.watched {
-		b := c.peers.seen[o]
-		if b == nil || b.gone(o) || b.missed {
-			continue
-		}
-		if d := c.s.cfg.leaseTTL/2 - b.stillFor(now); d > 0 && d < wait {
-			wait, found = d, true
+		if b := c.peers.seen[o]; b != nil && !b.missed {
+			due(o, c.s.cfg.leaseTTL/2)
 		}
 	}
 	return wait, found
