@@ -35,8 +35,11 @@ func (p *processor) fillsGap(j *job) bool { return j.m.index() < p.gapTop(j.q.la
 // shard. Called with p.mu held.
 func (p *processor) gapTop(l *lane, pg *shardPage, except *job) uint64 {
 	var top uint64
-	if l.ackShard == pg.shard && l.ackGen == pg.gen {
-		top = l.ackTop
+	for _, gs := range l.gens {
+		if gs.w == pg.shard && gs.gen == pg.gen {
+			top = gs.ackTop
+			break
+		}
 	}
 	for _, q := range l.keys {
 		if h := q.head; h != nil && h != except && h.state == jobRunning && !h.dropped &&
@@ -47,14 +50,12 @@ func (p *processor) gapTop(l *lane, pg *shardPage, except *job) uint64 {
 	return top
 }
 
-// noteAcked records that j was acked: the highest watermark index acked of its generation.
-// Called with p.mu held.
+// noteAcked records that j was acked: the highest watermark index acked of its generation,
+// kept with the generation, so that the ack of a job of another one (a handler that ran on
+// after its shard moved on, from an earlier generation) leaves it be. Called with p.mu held.
 func (p *processor) noteAcked(j *job) {
-	l, pg := j.q.lane, j.m.pg
-	if l.ackShard != pg.shard || l.ackGen != pg.gen {
-		l.ackShard, l.ackGen, l.ackTop = pg.shard, pg.gen, 0
-	}
-	l.ackTop = max(l.ackTop, j.m.index()+1)
+	gs := p.genOfJob(j)
+	gs.ackTop = max(gs.ackTop, j.m.index()+1)
 }
 
 // runOver reports whether no more work of m's generation may start: at once on a seek or a lost

@@ -233,6 +233,85 @@ func TestProcessCloseDrain(t *testing.T) {
 	})
 }
 
+// TestProcessDrainFillsGapAfterLingerAck: the ack of a handler that ran on after its shard's
+// lease was lost (it ignores its ctx) does not make a later drain forget what the shard's next
+// holding acked. Here k0/0 lingers from a holding a thief took; the shard is taken again, and k1
+// and k2 are handled to the end while k0's records wait behind the lingering k0/0. Close then
+// finds the new k0/0 running and k0/1, k0/2 queued, below records acked: they fill the drain's
+// gaps, so they run, and the last checkpoint passes every record. (The lingering ack used to
+// reset the acked top the drain goes by, so they were given back and the next owner delivered
+// the records acked after them again.)
+func TestProcessDrainFillsGapAfterLingerAck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		f := newFakeStream("drain-linger", 1)
+		shard := f.shards[0].id
+		// k0/0 k1/0 k2/0 k0/1 k1/1 k2/1 k0/2 k1/2 k2/2
+		seqs := addKeyed(f, 0, 9, 3, map[string]int{})
+		store := lease.NewMemory()
+		sub, err := subscribe(ctx, f, f.stream, fakeOpts(WithLeaseStore(store), WithOwner("a"), WithInitialPosition(Horizon()),
+			WithLeaseTTL(900*time.Millisecond))...)
+		require.NoError(t, err)
+		releaseOld, releaseNew := make(chan struct{}), make(chan struct{})
+		var mu sync.Mutex
+		var k00 int
+		var started []string
+		res := make(chan error, 1)
+		go func() {
+			res <- sub.Process(ctx, func(ctx context.Context, m *Message) error {
+				mu.Lock()
+				started = append(started, string(m.Data()))
+				n := -1
+				if string(m.Data()) == "k0/0" {
+					n, k00 = k00, k00+1
+				}
+				mu.Unlock()
+				switch n {
+				case 0:
+					<-releaseOld // ignores its ctx: runs on after the lease is lost
+				case 1:
+					<-releaseNew // finishes within the drain
+				}
+				return nil
+			}, WithConcurrency(4))
+		}()
+		k0Runs := func() int { mu.Lock(); defer mu.Unlock(); return k00 }
+		eventually(t, 5*time.Second, "k0/0 runs", func() bool { return k0Runs() == 1 })
+		// A thief takes the shard, then lets it go: a takes it again, under a new holding.
+		stop := stealAsPeer(t, store, f.stream, shard, "thief")
+		eventually(t, 5*time.Second, "the lease lost", func() bool { return reading(sub) == 0 })
+		stop()
+		l := readLease(t, store, f.stream, shard)
+		ok, err := store.Release(ctx, l.Key, l.Tenure())
+		require.NoError(t, err)
+		require.True(t, ok)
+		eventually(t, 10*time.Second, "k1 and k2 handled again under the new holding", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(started) >= 13 && reading(sub) == 1
+		})
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		close(releaseOld)
+		eventually(t, 5*time.Second, "the new k0/0 runs", func() bool { return k0Runs() == 2 })
+		closed := make(chan error, 1)
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			closed <- sub.Close(cctx)
+		}()
+		synctest.Wait() // the drain began with k0/1 and k0/2 queued
+		close(releaseNew)
+		require.NoError(t, <-closed)
+		require.ErrorIs(t, <-res, ErrClosed)
+		mu.Lock()
+		defer mu.Unlock()
+		require.Equal(t, []string{"k0/1", "k0/2"}, started[len(started)-2:], "k0/1 and k0/2 fill the drain's gaps: %v", started)
+		require.Equal(t, seqs[8], readLease(t, store, f.stream, shard).Checkpoint.Sequence,
+			"the last checkpoint passes every record handled")
+	})
+}
+
 // TestProcessCloseGivesBackRetries: a record waiting out its backoff when Close begins is given
 // back at once, so Close's drain does not wait for it.
 func TestProcessCloseGivesBackRetries(t *testing.T) {

@@ -69,11 +69,6 @@ type lane struct {
 	live    int                  // queues holding a delivery
 	gens    []*genState          // the generations its jobs belong to, usually one
 	failing []*job               // jobs that failed and are not finished, by first failure
-	// One past the highest watermark index acked of generation ackGen of shard ackShard: what
-	// a drain fills gaps below (process_drain.go).
-	ackShard *worker
-	ackGen   uint64
-	ackTop   uint64
 }
 
 // maxIdleKeys: a lane drops its empty queues once it holds more than this many and more empty
@@ -97,6 +92,9 @@ type genState struct {
 	stopSweep func() bool // stops the callback of the sweep when the generation moves on
 	stopEnd   func() bool // stops the callback of the sweep when its run is over
 	refs      int         // jobs of this generation not finished
+	// ackTop is one past the highest watermark index of a job of this generation acked: what a
+	// drain fills gaps below (process_drain.go).
+	ackTop uint64
 }
 
 // waitSample: one in waitSample deliveries that queue behind their key have their wait timed,
