@@ -644,7 +644,9 @@ func linkedJobs(p *processor) int {
 }
 
 // laneJobs returns the records p holds (queued, running or dropped and not yet let go) by
-// shard; nil for a nil p.
+// shard; nil for a nil p. A job of a worker's run that was handled and acked is not counted: the
+// worker acks its run's records before it takes p.mu back to let them go, and in that instant
+// the reader may already have fetched into the room the acks made.
 func laneJobs(p *processor) map[string]int {
 	if p == nil {
 		return nil
@@ -655,6 +657,9 @@ func laneJobs(p *processor) map[string]int {
 	for id, l := range p.lanes {
 		for _, q := range l.keys {
 			for x := q.head; x != nil; x = x.next {
+				if x.state == jobRunning && x.m.isSettled() {
+					continue
+				}
 				out[id]++
 			}
 		}

@@ -128,6 +128,12 @@ type simFleet struct {
 	worst    time.Duration         // the longest crash failover
 	bg       sync.WaitGroup        // the fleet's own goroutines (resumes, closes, restarts)
 	zombies  []*Subscriber         // crashed instances' subscribers, closed at the end
+
+	// lateMu guards what the table's writes tell of crashed runs (the table calls Applied with
+	// its lock held, and the crash takes f.mu before reading the table: so a lock of its own).
+	lateMu    sync.Mutex
+	crashed   map[string]bool      // owner names of crashed runs
+	lateTakes map[string]time.Time // shard → when a crashed run's take of its lease landed
 }
 
 // simInstance is one slot of the fleet: an instance that runs, crashes or closes, and starts
@@ -193,14 +199,18 @@ func runSim(t *testing.T, seed uint64, strict bool) {
 	f := &simFleet{
 		t: t, seed: seed, strict: strict, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
 		stream: "sim", ttl: 3 * time.Second, table: sim.NewTable(), failover: map[string]time.Time{},
-		running: map[*simRun]time.Time{},
+		running: map[*simRun]time.Time{}, crashed: map[string]bool{}, lateTakes: map[string]time.Time{},
 	}
 	f.prof = simProfile(f.rng.IntN(int(profiles)))
 	f.check = sim.NewChecker(f.stream)
-	f.table.Applied = f.check.Applied
+	f.table.Applied = func(w sim.Write) {
+		f.check.Applied(w)
+		f.lateTake(w)
+	}
 	if *simTrace { // every write the table applied, among the events
 		f.table.Applied = func(w sim.Write) {
 			f.check.Applied(w)
+			f.lateTake(w)
 			late := ""
 			if w.Late {
 				late = " (late)"
@@ -694,6 +704,9 @@ func (f *simFleet) crashAndRestart(in *simInstance, r *simRun, after time.Durati
 		return
 	}
 	r.gate.Crash()
+	f.lateMu.Lock()
+	f.crashed[owner] = true
+	f.lateMu.Unlock()
 	r.stop()
 	f.mu.Lock()
 	f.leftLocked(r)
@@ -726,6 +739,21 @@ func (f *simFleet) crashAndRestart(in *simInstance, r *simRun, after time.Durati
 			in.start()
 		}
 	}()
+}
+
+// lateTake notes a crashed run's take of a shard's lease (an Acquire or Steal) that landed
+// after its crash: it was on its way then. Nobody reads the shard until the run's row is taken
+// over, as after a crash at that moment, so its failover clock starts again there.
+func (f *simFleet) lateTake(w sim.Write) {
+	shard, ok := strings.CutPrefix(w.Key, f.stream+"/")
+	if !ok || !strings.HasPrefix(shard, "shardId-") || w.After.Owner == "" || w.After.Owner == w.Before.Owner {
+		return
+	}
+	f.lateMu.Lock()
+	defer f.lateMu.Unlock()
+	if f.crashed[w.After.Owner] {
+		f.lateTakes[shard] = w.Applied
+	}
 }
 
 // closeAndRestart closes run r cleanly, and starts the instance again at once (a deploy).
@@ -1032,6 +1060,14 @@ func (st *simTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		f := st.f
 		f.mu.Lock()
 		since, ok := f.failover[in.ShardId]
+		f.lateMu.Lock()
+		if late, taken := f.lateTakes[in.ShardId]; taken {
+			delete(f.lateTakes, in.ShardId)
+			if !ok || late.After(since) {
+				since, ok = late, true
+			}
+		}
+		f.lateMu.Unlock()
 		if ok {
 			delete(f.failover, in.ShardId)
 			f.worst = max(f.worst, time.Since(since))
