@@ -29,7 +29,9 @@ import (
 // Each subscriber reads, every TTL/3, the rows of the next watchedPeers live owners after it by
 // name (and of the owners between them that look silent), so that every owner is watched by two
 // others and a crash is noticed within about a TTL even when one of its watchers crashed with
-// it; listings (claim rounds) note every row they show.
+// it; listings (claim rounds) note every row they show. A subscriber also takes over, when
+// due, an owner it does not watch whose watchers it first saw only after that owner's counter
+// stood still (overlooked): watchers that restarted after a crash time its silence afresh.
 
 // watchedPeers is how many live owners each subscriber watches.
 const watchedPeers = 2

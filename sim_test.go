@@ -1125,6 +1125,7 @@ var simRegressionSeeds = []struct {
 	{103, "records lost: a seek while the reader waited on a finished shard's last page emptied the watermark, and the wait wrote SHARD_END over the dropped page"},
 	{1763, "records lost: as 103, on a parent whose children were already listed"},
 	{451, "two readers: Close dropped the heartbeat row while a shard handed back before still drained, and Process started a job filling its gap after a peer took the shard"},
+	{2488, "Process held 21 records against a bound of 20: the checker counted jobs of a run already acked, in the instant before their worker let them go"},
 }
 
 // simGoalSeeds once missed a goal (crash failover within TTL + 2 s, nothing acked delivered
@@ -1136,6 +1137,9 @@ var simGoalSeeds = []struct {
 }{
 	{1681, "crash failover 5.5 s: a pending lease handed from thief to thief as each closed during its wait, each waiting anew for a victim that had crashed"},
 	{8627, "crash failover 9.1 s: balancing by load took a crashed owner's free leases one a round, once loads settled"},
+	{3090, "crash failover 5.02 s: both watchers of the crashed owner restarted, and timed its silence afresh"},
+	{4556, "crash failover 6.6 s, as the checker timed it: a crashed run's steal of the shard landed after its crash, a second failover timed from the first crash"},
+	{7726, "acked records delivered again after Close: a lingering handler's ack reset the acked top Process's drain fills gaps below"},
 }
 
 // simOpenSeeds broke a promise that is not fixed yet: make sim runs them (-sim.open), and
