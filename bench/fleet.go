@@ -34,7 +34,7 @@ var (
 	fleetPoll      = flag.Duration("fleet-poll", time.Second, "poll interval of the fleet's instances and of the bare loop")
 	fleetBound     = flag.Duration("fleet-bound", 10*time.Minute, "how long the fleet may take to deliver everything and balance")
 	fleetIdle      = flag.Duration("fleet-idle", 10*time.Second, "how long idle CPU is measured, for kinesub and for the bare loop")
-	fleetProfile   = flag.String("fleet-cpuprofile", "", "write CPU profiles of the idle windows to this path with .kinesub and .bare appended")
+	fleetProfile   = flag.String("fleet-cpuprofile", "", "write CPU profiles of the idle windows to this path with .kinesub and .bare appended, and of the takeover after the cut with .cut")
 )
 
 // cutStore is one instance's view of the shared memory store; once cut, every call fails, as
@@ -380,6 +380,12 @@ func fleetFigures() error {
 			orphans = append(orphans, id)
 		}
 	}
+	stopCut, err := startProfile(*fleetProfile, ".cut")
+	if err != nil {
+		return err
+	}
+	stopCut = sync.OnceFunc(stopCut)
+	defer stopCut()
 	cutAt := time.Now()
 	for _, m := range cut {
 		m.store.cut.Store(true)
@@ -401,6 +407,7 @@ func fleetFigures() error {
 			}
 		}
 	}
+	stopCut()
 	ds := slices.Collect(func(yield func(time.Duration) bool) {
 		for _, d := range taken {
 			if !yield(d) {
