@@ -86,9 +86,16 @@ chaos:
 # bench prints speed and memory figures as ratios against baselines measured in the same run
 # (bench/: in-process go benchmarks, then end to end on the local Kinesis server beside the peer
 # Go consumer). bench/ is a module of its own, so the peer stays out of the library's go.mod.
-# Pass flags with BENCHFLAGS, e.g. make bench BENCHFLAGS='-pairs 3 -records 50000'.
+# Pass flags with BENCHFLAGS, e.g. make bench BENCHFLAGS='-pairs 3 -records 50000'. It then
+# times crash failover at SCALE_SHARDS shards × SCALE_INSTANCES instances on the simulated
+# clock (TestFailoverAtScale: the protocol's own timing, which a 2-CPU machine cannot show on
+# the wall clock at that size), about a minute on 2 CPUs.
+SCALE_SHARDS ?= 10000
+SCALE_INSTANCES ?= 16
 bench:
 	$(call with-emulators, (cd bench && $(GO) run . $(BENCHFLAGS)))
+	$(GO) test -count=1 -timeout 30m -run 'TestFailoverAtScale$$' -scale.shards=$(SCALE_SHARDS) -scale.instances=$(SCALE_INSTANCES) -v . | \
+	grep -e 'failover_scale_test' -e '^--- ' -e '^ok' -e '^FAIL'; exit $${PIPESTATUS[0]}
 
 emulators-up:
 	$(EMU) up
