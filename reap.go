@@ -245,9 +245,9 @@ func (c *coordinator) overlooked(owners []string) []string {
 }
 
 // nextReap returns how long until the row of a peer this subscriber watches, or has overlooked
-// (or any, while it is below its share), will have stood still for reapAfter, and whether that comes before the next claim tick: the
-// coordinator then looks at that moment rather than at the tick after it, which would add up to
-// a tick to every crash's failover.
+// (or any, while it is below its share), will have stood still for reapAfter, and whether that
+// comes before the next claim tick: the coordinator then looks at that moment rather than at the
+// tick after it, which would add up to a tick to every crash's failover.
 func (c *coordinator) nextReap(now time.Time) (time.Duration, bool) {
 	wait := c.claimEvery
 	found := false
