@@ -2,350 +2,63 @@ package kinesub
 
 import (
 	"math/rand/v2"
-	"slices"
-	"time"
 
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
 
 // Balancing decides, from one read of the lease table, which leases this subscriber takes,
-// hands back and steals. The decisions here are pure: no I/O, no clock, no goroutines, and
-// randomness comes from the caller. claim carries them out.
-// When every owner has noted its load, the rounds balance by load instead (balance_load.go);
-// what follows is balancing by count.
-//
-// The fair share is counted over the n readable shards (not finished, parents done) and the k
-// live owners: those whose heartbeat row is unexpired, those holding an unexpired lease of a
-// readable shard, and this subscriber; but not an owner whose heartbeat row lapsed (expired,
-// not released): it stopped or is about to be taken for dead, so a share kept for it would
-// leave free shards unread. Nothing it holds is stolen: its row is taken over once it stood
-// still for reapAfter (reap.go), and its leases are then free. (An owner that released its row
-// is closing and releases its leases next: it counts until then.)
-// Every owner should hold floor(n/k) or ceil(n/k).
-//   - Take: free and expired leases, up to ceil(n/k). (Balancing by load takes free leases by
-//     load, and those of owners that stopped by count too.)
-//   - Hand back: above ceil(n/k), the excess, cleanly (checkpoint, release), when an owner
-//     joined since the last round and every balance round. At ceil(n/k), one lease, when more
-//     owners hold the ceiling than the n - k*floor(n/k) that can, while owners below the floor
-//     wait with nothing free to take: of the owners at or above the ceiling, by name, those
-//     past the first n - k*floor(n/k) come down to the floor, as many as the waiting owners
-//     need (yieldsCeiling). Without it, owners who joined after the others had taken their
-//     shares reached the floor by one steal a balance round each (11 balance rounds for 32
-//     instances on 2,000 shards).
-//   - Steal, one lease a balance round, from the most loaded other live owner (ties to the
-//     smallest name): when below floor(n/k) while it holds more than the floor, or at the floor while
-//     the shares are uneven (so that one more is still within ceil(n/k)) and it holds two or
-//     more above the floor. Never from an owner above the ceiling whose heartbeat is live: it
-//     hands back its excess itself, without a steal's wait and replay.
-
-// balanceIn is what one round of balancing decides from.
-type balanceIn struct {
-	owner    string                 // this subscriber
-	now      time.Time              // when the table was read
-	readable []string               // shards that may be read now, sorted
-	leases   map[string]lease.Lease // shard leases by shard id
-	orphans  map[string]bool        // shards whose lease leases shows free because its owner stopped
-	overdue  map[string]bool        // orphans found free for a claim tick: taken whatever the share
-	beats    map[string]lease.Lease // heartbeat rows by owner
-	local    map[string]shardState  // the states of the shards held here, by shard id
-	taken    map[string]bool        // shards this subscriber took after the table was read
-	load     *loadIn                // the loads (balance_load.go); nil: balance by count
-}
+// hands back and steals: the planner is the protocol core's (internal/protocol, balance.go and
+// balance_load.go), pure; claim.go carries its decisions out. What is here converts this
+// package's types to the core's at that boundary, and draws the randomness the core asks for.
 
 // chooser is a source of randomness: math/rand/v2's top-level functions, or a seeded one.
-type chooser interface{ IntN(n int) int }
+type chooser = protocol.Chooser
 
 // globalRand draws from math/rand/v2's top-level source.
 type globalRand struct{}
 
 func (globalRand) IntN(n int) int { return rand.IntN(n) }
 
-// counts reports, for every live owner, the readable shards it holds, with this subscriber
-// counted by its workers: a worker that is not lost, on a shard the table does not show held
-// by another owner. A row of its own that looks lapsed still counts (its renewal may not have
-// landed yet, while its reader goes on); a shard stolen from it does not, though its worker
-// learns of the steal only at its next renewal.
-func (in *balanceIn) counts() (owners map[string]int, mine int) {
-	owners = map[string]int{in.owner: 0}
-	for _, id := range in.readable {
-		if l := in.leases[id]; l.Held(in.now) {
-			owners[l.Owner]++
-		}
-		if in.counted(id) {
-			mine++
-		}
-	}
-	for _, l := range in.beats {
-		if _, ok := owners[l.Owner]; !ok && l.Held(in.now) {
-			owners[l.Owner] = 0
-		}
-	}
-	owners[in.owner] = mine
-	return owners, mine
+// rowOf returns l as the core's Row.
+func rowOf(l lease.Lease) protocol.Row {
+	return protocol.Row{Key: l.Key, Owner: l.Owner, Expiry: l.Expiry, Counter: l.Counter,
+		Checkpoint: l.Checkpoint.Sequence, Finished: l.Checkpoint.Sequence == lease.ShardEnd, Note: l.Note}
 }
 
-// sharers returns k, the number of owners the fair share divides the shards between: the
-// owners of counts but those whose heartbeat row lapsed.
-func (in *balanceIn) sharers(owners map[string]int) int {
-	k := 0
-	for o := range owners {
-		if o == in.owner || !in.lapsed(o) {
-			k++
-		}
+// rowsOf returns ls as the core's Rows.
+func rowsOf(ls map[string]lease.Lease) map[string]protocol.Row {
+	out := make(map[string]protocol.Row, len(ls))
+	for k, l := range ls {
+		out[k] = rowOf(l)
 	}
-	return k
+	return out
 }
 
-// lapsed reports whether owner's heartbeat row expired while still its: its coordinator
-// stopped renewing it. A released row is not lapsed: its owner is closing, and releases its
-// leases next.
-func (in *balanceIn) lapsed(owner string) bool {
-	b, ok := in.beats[owner]
-	return ok && b.Owner == owner && !b.Held(in.now)
+// localOf returns the core's name for a shard's state here.
+func localOf(st shardState) protocol.LocalState {
+	switch st {
+	case stateStarting:
+		return protocol.LocalStarting
+	case stateReading:
+		return protocol.LocalReading
+	case stateDraining:
+		return protocol.LocalDraining
+	case stateReleased:
+		return protocol.LocalReleased
+	case stateLost:
+		return protocol.LocalLost
+	case stateEnded:
+		return protocol.LocalEnded
+	}
+	return 0
 }
 
-// counted reports whether this subscriber's worker for shard id counts toward its share.
-func (in *balanceIn) counted(id string) bool {
-	st, ok := in.local[id]
-	if !ok || st == stateLost || st == stateReleased {
-		return false
+// localsOf returns the states of the shards held here as the core names them.
+func localsOf(states map[string]shardState) map[string]protocol.LocalState {
+	out := make(map[string]protocol.LocalState, len(states))
+	for id, st := range states {
+		out[id] = localOf(st)
 	}
-	o := in.leases[id].Owner
-	return o == "" || o == in.owner || in.taken[id]
-}
-
-// planTake returns the free and expired leases to take, in the order to try them: up to this
-// subscriber's fair share, in a random order so that instances starting together spread out.
-func planTake(in *balanceIn, r chooser) []string {
-	owners, mine := in.counts()
-	n, k := len(in.readable), in.sharers(owners)
-	room := (n+k-1)/k - mine
-	orphanRoom := 0
-	loads, mean, byLoad := in.byLoad(owners)
-	if byLoad {
-		// The leases of an owner that stopped are taken by count as well: a crash's shards do
-		// not wait, unread, for the fleet's loads to settle; balancing by load moves them later.
-		orphanRoom, room = room, 0
-		if in.mayTakeByLoad(loads, mean) {
-			free := 0
-			for _, id := range in.readable {
-				if !in.leases[id].Held(in.now) {
-					free++
-				}
-			}
-			room = 1
-			if free > 2*k { // many free: a closing owner's shards
-				room = (free + k - 1) / k
-			}
-		}
-	}
-	if floor := n / k; !byLoad && floor < (n+k-1)/k && mine >= floor {
-		// Owners below the floor take the free leases first: taken by an owner at the floor,
-		// one would have to be handed back or stolen again (yieldsCeiling).
-		if need := in.belowFloor(owners, floor); need > 0 {
-			room = min(room, max(0, in.free()-need))
-		}
-	}
-	order := append([]string(nil), in.readable...)
-	shuffle(r, order)
-	var want []string
-	for _, id := range order {
-		l := in.leases[id]
-		// A shard that moved for load lately stays where it went, unless its owner stopped.
-		if _, ok := in.local[id]; ok || l.Held(in.now) && l.Owner != in.owner || byLoad && in.load.moved[id] && !in.orphans[id] {
-			continue
-		}
-		// An orphan nobody took for a claim tick is taken above the share: the share may count
-		// an owner that will not take it (one closing, or one that joined and stopped before
-		// its row stood still long enough to drop out). Balancing moves it later.
-		if len(want) < room || in.orphans[id] && (len(want) < orphanRoom || in.overdue[id]) {
-			want = append(want, id)
-		}
-	}
-	return want
-}
-
-// hungry reports whether the round, which wanted want leases and took taken of them, left
-// this subscriber wanting more: a take failed, it is below its share by count, a stopped
-// owner's lease is left that nobody took (the share may count an owner that stopped too, and
-// drops it as soon as its row stood still for TTL/2), or, balancing by load, free leases remain
-// (it takes one a round, and may be the least loaded next).
-func (in *balanceIn) hungry(want, taken int) bool {
-	owners, mine := in.counts()
-	if taken < want || mine < len(in.readable)/in.sharers(owners) {
-		return true
-	}
-	for _, id := range in.readable {
-		if in.orphans[id] && !in.taken[id] && !in.leases[id].Held(in.now) {
-			return true
-		}
-	}
-	if _, _, ok := in.byLoad(owners); !ok {
-		return false
-	}
-	free := 0
-	for _, id := range in.readable {
-		if !in.leases[id].Held(in.now) && !in.taken[id] {
-			free++
-		}
-	}
-	return free > 0
-}
-
-// balancePlan is one round's hand-backs and steal.
-type balancePlan struct {
-	handBack []string        // shards to hand back
-	steal    string          // shard to take over, or ""
-	victim   string          // its owner
-	counter  int64           // the lease counter the takeover is conditional on
-	live     map[string]bool // owners live this round: what the next round compares with
-}
-
-// planBalance decides what to hand back and what to steal, after the round's takes (in.local
-// and in.taken include them). wasLive holds the owners live at the previous round: an owner
-// missing there has just joined, and is handed its share now rather than at the next balance
-// round. Steals happen on balance rounds only.
-func planBalance(in *balanceIn, wasLive map[string]bool, balance bool, r chooser) balancePlan {
-	owners, mine := in.counts()
-	p := balancePlan{live: make(map[string]bool, len(owners))}
-	joined := false
-	for o := range owners {
-		joined = joined || !wasLive[o]
-		p.live[o] = true
-	}
-	n, k := len(in.readable), in.sharers(owners)
-	floor, ceil := n/k, (n+k-1)/k
-	loads, mean, byLoad := in.byLoad(owners)
-	switch {
-	case byLoad && balance:
-		p.handBack = in.planLoad(loads, mean)
-	case !byLoad && (balance || joined) && k > 1 && mine > ceil:
-		p.handBack = in.excess(mine-ceil, r)
-	case !byLoad && balance && k > 1 && floor < mine && mine == ceil && in.yieldsCeiling(owners, floor, ceil):
-		// On balance rounds only, and never a shard taken this round: a crashed owner's shards,
-		// just taken, would otherwise go back unread when a newcomer's share is counted.
-		p.handBack = in.excess(1, r)
-	}
-	if !balance {
-		return p
-	}
-	// The victim: the most loaded other owner whose heartbeat is not lapsed. A lapsed one is
-	// not stolen from: its row is taken over once it stood still for reapAfter, TTL/4 after it
-	// looked lapsed, and its shards are then read at once, where a steal reads 3/4 TTL later.
-	victim, most := "", 0
-	for o, c := range owners {
-		if o == in.owner || c == 0 || in.lapsed(o) {
-			continue
-		}
-		if victim == "" || c > most || c == most && o < victim {
-			victim, most = o, c
-		}
-	}
-	switch {
-	case victim == "", byLoad:
-		return p // by load, shards move between live owners by hand-back only
-	case mine < floor && most > floor:
-	case mine == floor && floor < ceil && most >= floor+2:
-	default:
-		return p
-	}
-	if most > ceil && in.beats[victim].Held(in.now) {
-		return p
-	}
-	var candidates []string
-	for _, id := range in.readable {
-		if l := in.leases[id]; l.Owner == victim && l.Held(in.now) {
-			candidates = append(candidates, id)
-		}
-	}
-	if len(candidates) == 0 {
-		return p
-	}
-	p.steal = candidates[r.IntN(len(candidates))]
-	p.victim, p.counter = victim, in.leases[p.steal].Counter
-	return p
-}
-
-// yieldsCeiling reports whether this subscriber, at the ceiling of an uneven split, is one of the
-// owners that come down to the floor: more owners hold the ceiling or more than the
-// n - k*floor that can, owners below the floor need more than the free leases and the excess
-// that owners above the ceiling hand back, and this one
-// is past the first n - k*floor of those owners by name, within what the others need. Every
-// owner orders the same names, so the ones that yield are the same in every view of one table.
-func (in *balanceIn) yieldsCeiling(owners map[string]int, floor, ceil int) bool {
-	n, k := len(in.readable), in.sharers(owners)
-	slots := n - k*floor // owners that may hold the ceiling
-	need := in.belowFloor(owners, floor) - in.free()
-	var high []string
-	for o, c := range owners {
-		if o != in.owner && in.lapsed(o) {
-			continue
-		}
-		if c > ceil {
-			need -= c - ceil // handed back by its owner
-		}
-		if c >= ceil {
-			high = append(high, o)
-		}
-	}
-	if need <= 0 || len(high) <= slots {
-		return false
-	}
-	slices.Sort(high)
-	i := slices.Index(high, in.owner)
-	return i >= slots && i-slots < need
-}
-
-// belowFloor returns the leases the live owners below the floor lack to reach it.
-func (in *balanceIn) belowFloor(owners map[string]int, floor int) int {
-	need := 0
-	for o, c := range owners {
-		if c < floor && (o == in.owner || !in.lapsed(o)) {
-			need += floor - c
-		}
-	}
-	return need
-}
-
-// free returns the readable shards whose lease nobody holds and this subscriber did not take.
-func (in *balanceIn) free() int {
-	n := 0
-	for _, id := range in.readable {
-		if !in.leases[id].Held(in.now) && !in.taken[id] {
-			n++
-		}
-	}
-	return n
-}
-
-// excess picks up to over shards to hand back, at random among those this subscriber reads.
-// Shards already being handed back count toward over. A shard it stole and does not read yet
-// is kept: released before stealWait, it could be taken by a peer that reads at once while
-// its previous owner still reads it.
-func (in *balanceIn) excess(over int, r chooser) []string {
-	var reading []string
-	for _, id := range in.readable {
-		if !in.counted(id) || in.taken[id] {
-			continue
-		}
-		switch in.local[id] {
-		case stateDraining:
-			over--
-		case stateReading:
-			reading = append(reading, id)
-		}
-	}
-	if over <= 0 {
-		return nil
-	}
-	shuffle(r, reading)
-	return reading[:min(over, len(reading))]
-}
-
-// shuffle puts xs in a random order.
-func shuffle[T any](r chooser, xs []T) {
-	for i := len(xs) - 1; i > 0; i-- {
-		j := r.IntN(i + 1)
-		xs[i], xs[j] = xs[j], xs[i]
-	}
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -28,14 +29,11 @@ const claimParallel = 8 // lease writes in flight at once while claiming
 // after taking any pending lease (its previous holder's victim may still read), and after a
 // steal for balance.
 
-// pendingTTL is the expiry a pending lease is written with: far enough that no clock reaches
-// it, so that no Acquire takes it as expired; pendingAt tells it from a real expiry.
-const pendingTTL = protocolTTL
+// pendingTTL is the expiry a pending lease is written with (protocol.PendingTTL).
+const pendingTTL = protocol.PendingTTL
 
 // pendingAt reports whether l is pending at now: held with an expiry decades away.
-func pendingAt(l lease.Lease, now time.Time) bool {
-	return l.Owner != "" && l.Expiry.After(now.Add(pendingTTL/2))
-}
+func pendingAt(l lease.Lease, now time.Time) bool { return protocol.PendingAt(rowOf(l), now) }
 
 // claim reads the lease table, takes free leases (and those of owners that stopped) up to this
 // subscriber's fair share, takes up the leases the table shows as its own that it does not
@@ -67,25 +65,26 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		return v // its deadline passed: it takes nothing until its shards were given up
 	}
 	c.reconcile(ctx, v, sent, me)
-	planned := make(map[string]lease.Lease, len(v.leases))
+	planned := make(map[string]protocol.Row, len(v.leases))
 	orphans := map[string]bool{}
 	for id, l := range v.leases {
+		r := rowOf(l)
 		if v.dead[l.Owner] {
-			l.Owner, l.Expiry = "", time.Time{} // free: its owner stopped
+			r.Owner, r.Expiry = "", time.Time{} // free: its owner stopped
 			orphans[id] = true
 		}
-		planned[id] = l
+		planned[id] = r
 	}
-	in := &balanceIn{owner: me, now: v.now, readable: v.readable, leases: planned, orphans: orphans, overdue: c.overdue(orphans, sent),
-		beats: c.liveness(v, me),
-		local: s.table.states(v.readable), load: s.env.loads.view(c.peers.seen)}
+	in := &protocol.BalanceIn{Owner: me, Now: v.now, Readable: v.readable, Leases: planned, Orphans: orphans, Overdue: c.overdue(orphans, sent),
+		Beats: c.liveness(v, me),
+		Local: localsOf(s.table.states(v.readable)), Load: s.env.loads.view(c.peers.Seen)}
 	c.noteFleet(in)
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
 	var mu sync.Mutex
 	taken := map[string]bool{}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, claimParallel)
-	want := planTake(in, s.cfg.probes.chooser())
+	want := protocol.PlanTake(in, s.cfg.probes.chooser())
 	for _, id := range want {
 		wg.Add(1)
 		sem <- struct{}{}
@@ -100,15 +99,15 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		}()
 	}
 	wg.Wait()
-	in.local, in.taken = s.table.states(v.readable), taken
-	p := planBalance(in, c.live, balance, s.cfg.probes.chooser())
+	in.Local, in.Taken = localsOf(s.table.states(v.readable)), taken
+	p := protocol.PlanBalance(in, c.live, balance, s.cfg.probes.chooser())
 	// Below its share, it reads every tick: leases to take may free up without a change-row
 	// bump (a peer that does not bump, or an owner that stopped).
-	v.hungry = in.hungry(len(want), len(taken))
-	c.live = p.live
-	c.handBack(p.handBack)
-	if p.steal != "" && c.take(ctx, p.steal, c.pendingHow(v, p.steal, takeHow{steal: true, counter: p.counter, pending: true})) {
-		s.log.Info("lease taken over for balance", logShard, p.steal, "from", p.victim)
+	v.hungry = in.Hungry(len(want), len(taken))
+	c.live = p.Live
+	c.handBack(p.HandBack)
+	if p.Steal != "" && c.take(ctx, p.Steal, c.pendingHow(v, p.Steal, takeHow{steal: true, counter: p.Counter, pending: true})) {
+		s.log.Info("lease taken over for balance", logShard, p.Steal, "from", p.Victim)
 	}
 	return v
 }
@@ -179,7 +178,7 @@ func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 	unknown := map[string]bool{} // owners whose row could not be read: taken for live
 	for owner, hb := range v.beats {
 		keep[owner] = true
-		c.peers.observe(owner, hb, v.recv)
+		c.peers.Observe(owner, rowOf(hb), v.recv)
 	}
 	var named []string // the owners the leases name, and the victims of pending ones
 	for _, l := range v.leases {
@@ -211,41 +210,41 @@ func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 			unknown[owner] = true
 			continue // unknown: taken for live this round
 		}
-		c.peers.observe(owner, hb, time.Now())
+		c.peers.Observe(owner, rowOf(hb), time.Now())
 	}
 	for owner := range keep {
-		b := c.peers.seen[owner]
+		b := c.peers.Seen[owner]
 		switch {
 		case owner == me, unknown[owner] && b == nil:
 			// Never read, and this round's read failed: nothing says it stopped. (A row read
 			// before is judged by that read: absent or taken over, or standing still.)
-		case b.gone(owner):
+		case b.Gone(owner):
 			v.dead[owner] = true
 			if b != nil {
-				s.log.Debug("owner stopped: its heartbeat row is not its own", "owner", owner, "row_owner", b.row.Owner, "row_counter", b.row.Counter)
+				s.log.Debug("owner stopped: its heartbeat row is not its own", "owner", owner, "row_owner", b.Row.Owner, "row_counter", b.Row.Counter)
 			}
-		case b.stillFor(time.Now()) >= reapAfter(s.cfg.leaseTTL):
+		case b.StillFor(time.Now()) >= protocol.ReapAfter(s.cfg.leaseTTL):
 			if c.reap(ctx, owner, b) {
 				v.dead[owner] = true
 			}
 		}
 	}
 	keep[me] = true
-	c.peers.forget(keep)
+	c.peers.Forget(keep)
 }
 
 // liveness returns the heartbeat rows balancing counts owners by: one per owner whose row is its
 // own, without an expiry (live) or with one in the past (lapsed: it missed a renewal, as this
 // subscriber has seen).
-func (c *coordinator) liveness(v *view, me string) map[string]lease.Lease {
-	beats := map[string]lease.Lease{}
+func (c *coordinator) liveness(v *view, me string) map[string]protocol.Row {
+	beats := map[string]protocol.Row{}
 	now := time.Now()
-	for owner, b := range c.peers.seen {
-		if owner == me || b.gone(owner) || v.dead[owner] {
+	for owner, b := range c.peers.Seen {
+		if owner == me || b.Gone(owner) || v.dead[owner] {
 			continue
 		}
-		l := lease.Lease{Key: b.row.Key, Owner: owner, Counter: b.row.Counter}
-		if b.stillFor(now) >= c.s.cfg.leaseTTL/2 {
+		l := protocol.Row{Key: b.Row.Key, Owner: owner, Counter: b.Row.Counter}
+		if b.StillFor(now) >= protocol.SilentAfter(c.s.cfg.leaseTTL) {
 			l.Expiry = v.now.Add(-time.Millisecond)
 		}
 		beats[owner] = l
@@ -310,7 +309,7 @@ type takeHow struct {
 	victim lease.Tenure
 }
 
-// howToTake says how to take the lease of shard id, which planTake chose.
+// howToTake says how to take the lease of shard id, which the planner (protocol.PlanTake) chose.
 func (c *coordinator) howToTake(v *view, id, me string) takeHow {
 	l := v.leases[id]
 	switch {
@@ -321,7 +320,7 @@ func (c *coordinator) howToTake(v *view, id, me string) takeHow {
 	case v.dead[l.Owner]:
 		return c.pendingHow(v, id, takeHow{steal: true, counter: l.Counter, pending: pendingAt(l, v.now)})
 	}
-	return takeHow{counter: l.Counter} // shown free to planTake but held: the Acquire fails
+	return takeHow{counter: l.Counter} // shown free to the planner but held: the Acquire fails
 }
 
 // handBack hands the shards back cleanly: each drains, writes its checkpoint and releases

@@ -13,11 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
-
-// leasePoll is the longest wait before a released lease is noticed.
-const leasePoll = time.Second
 
 // coordinator lists the stream's shards, claims and balances their leases, and runs the life
 // of every shard it takes. Its fields belong to its goroutine (coordinate), except wake; what
@@ -57,7 +55,7 @@ func (c *coordinator) coordinate(ctx context.Context) {
 	s := c.s
 	// The change row (changes.go) is read often enough that a released lease is taken within a
 	// second; the whole table is read when it moved.
-	c.claimEvery = min(s.cfg.shardSyncInterval, s.cfg.leaseTTL/3, leasePoll)
+	c.claimEvery = protocol.ClaimTick(s.cfg.shardSyncInterval, s.cfg.leaseTTL)
 	syncT := time.NewTicker(s.cfg.shardSyncInterval)
 	claimT := time.NewTicker(c.claimEvery)
 	balanceT := time.NewTicker(s.cfg.balanceInterval)

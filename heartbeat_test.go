@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -123,7 +124,7 @@ func testHeartbeatCountsOwnerLive(t *testing.T) {
 	eventually(t, 5*time.Second, "the silent row deleted", func() bool {
 		return readLease(t, store, name, ownerRowPrefix+"ghost").Counter == 0
 	})
-	require.GreaterOrEqual(t, time.Since(start), reapAfter(ttl), "silent row taken over before its counter stood still for reapAfter")
+	require.GreaterOrEqual(t, time.Since(start), protocol.ReapAfter(ttl), "silent row taken over before its counter stood still for reapAfter")
 	require.Equal(t, 3, reading(sub), "share with one live peer")
 	require.Equal(t, "peer", readLease(t, store, name, ownerRowPrefix+"peer").Owner, "a live heartbeat row was taken over")
 	require.Len(t, sub.Shards(), 6)

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/gostream/kinesub/internal/protocol"
 )
 
 // Load is what a subscriber's readers fetch, in bytes and records a second. Every reader
@@ -228,17 +230,17 @@ func parseLoad(note string) (noteLoad, bool) {
 
 // view returns what balancing needs of the loads: the owners' notes (seen: the heartbeat rows
 // by owner) and this subscriber's shards, measured now.
-func (b *loadBook) view(seen map[string]*beatSeen) *loadIn {
+func (b *loadBook) view(seen map[string]*beatSeen) *protocol.LoadIn {
 	if b == nil {
 		return nil
 	}
-	in := &loadIn{owners: map[string]float64{}, mine: map[string]float64{}, moved: map[string]bool{}}
+	in := &protocol.LoadIn{Owners: map[string]float64{}, Mine: map[string]float64{}, Moved: map[string]bool{}}
 	known, some := true, false
 	for owner, s := range seen {
-		if l, ok := parseLoad(s.row.Note); ok {
-			in.owners[owner] = l.bytes
+		if l, ok := parseLoad(s.Row.Note); ok {
+			in.Owners[owner] = l.bytes
 			some = some || l.bytes > 0
-		} else if s.row.Owner != "" {
+		} else if s.Row.Owner != "" {
 			known = false
 		}
 	}
@@ -247,12 +249,12 @@ func (b *loadBook) view(seen map[string]*beatSeen) *loadIn {
 	defer b.mu.Unlock()
 	b.byLoad = known && some
 	for id, m := range b.meters {
-		in.mine[id] = m.rate(now).bytes
+		in.Mine[id] = m.rate(now).bytes
 		if m.unmeasured(now, b.window) {
-			in.settling = true
+			in.Settling = true
 		}
 		if m.forLd && now.Sub(m.taken) < b.recent {
-			in.moved[id] = true
+			in.Moved[id] = true
 		}
 	}
 	for id, at := range b.back {
@@ -260,7 +262,7 @@ func (b *loadBook) view(seen map[string]*beatSeen) *loadIn {
 		case now.Sub(at) >= b.recent:
 			delete(b.back, id)
 		default:
-			in.moved[id] = true
+			in.Moved[id] = true
 		}
 	}
 	return in

@@ -7,82 +7,27 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
 
-// How long a pending lease's next taker waits, and from when.
-//
-// A pending lease's wait protects the holder it was stolen from (the victim): that holder
-// stops reading at most 2/3 TTL after the first change-row move that landed after the steal
-// (tenure.go). The thief times its wait from its own move. A peer that takes the pending lease
-// over from a thief that stopped (crashed, taken for dead, closed during its wait) cannot tell
-// whether the moves it saw came before the steal or after, so it used to move the row again
-// and wait a whole stealWait more, after the thief's silence was established: a crash during
-// a steal's wait cost TTL/3 + 3/4 TTL + 3/4 TTL before the shard was read again.
-//
-// So every subscriber notes the pending leases its listings show, and learns, on its own
-// monotonic clock, when a move surely landed after each one's write:
-//
-//   - a change-row read sent after the listing that showed the lease (which the lease's write
-//     preceded), and a later read that found another counter: a move landed after the first
-//     read, by the second's answer;
-//   - a bump of its own whose read was sent after that listing, and whose write then landed or
-//     was refused (refused: a peer moved the row after the read), by the bump's answer.
-//
-// A pending lease that moves to a new pending holding in one step (its counter one above the
-// noted one's: a steal of the pending lease itself, whose owner never bound or read it) keeps
-// what was learnt: whoever could read before the first steal is still bound by that move.
-//
-// Once a subscriber knows such a move for the holding it takes over, it reads stealWait after
-// it learnt of the move rather than stealWait after a move of its own. And when a pending
-// lease's owner looks silent (its heartbeat row stood still for TTL/2: it missed a renewal)
-// and no move is known yet, the subscriber moves the row itself, so that the victim's time
-// runs while the thief's silence is being established rather than after it.
+// How long a pending lease's next taker waits, and from when: the bookkeeping is the protocol
+// core's (internal/protocol, pending.go); pendingNotes guards it with a lock, since claim
+// rounds, change-row reads and bumps update it from their own goroutines.
 
-// pendingNote is what a subscriber knows of one pending holding of a shard's lease.
-type pendingNote struct {
-	t       lease.Tenure
-	seen    time.Time // the answer of the listing that first showed it
-	base    int64     // the change row's counter as read by a read sent after seen
-	hasBase bool
-	moved   time.Time // when a move after its write was first known; zero: none yet
-	bumped  bool      // this subscriber moved the row for it (its owner looked silent)
-}
-
-// pendingNotes are the pending holdings the last listing showed, by shard id. Claim rounds,
-// change-row reads and bumps update them from their own goroutines.
+// pendingNotes are the pending holdings the last listing showed, by shard id.
 type pendingNotes struct {
-	mu    sync.Mutex
-	notes map[string]*pendingNote
+	mu sync.Mutex
+	n  protocol.PendingNotes
 }
 
 // listed records the pending leases of a listing that arrived at recv, and forgets the shards
 // whose leases are no longer pending.
 func (p *pendingNotes) listed(leases map[string]lease.Lease, now, recv time.Time) {
+	rows := rowsOf(leases)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	next := make(map[string]*pendingNote)
-	for id, l := range leases {
-		if !pendingAt(l, now) {
-			continue
-		}
-		t := l.Tenure()
-		old := p.notes[id]
-		switch {
-		case old != nil && old.t == t:
-			next[id] = old
-		case old != nil && t.Counter == old.t.Counter+1:
-			// Stolen from the noted holding in one step: a move known after that one's write
-			// still bounds whoever read before it.
-			next[id] = &pendingNote{t: t, seen: recv, moved: old.moved}
-		default:
-			next[id] = &pendingNote{t: t, seen: recv}
-		}
-	}
-	if len(next) == 0 {
-		next = nil
-	}
-	p.notes = next
+	p.n.Listed(rows, now, recv)
 }
 
 // changeRead records a strongly consistent read of the change row, sent at sent, that found
@@ -90,15 +35,7 @@ func (p *pendingNotes) listed(leases map[string]lease.Lease, now, recv time.Time
 func (p *pendingNotes) changeRead(sent, recv time.Time, counter int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, n := range p.notes {
-		switch {
-		case !n.moved.IsZero() || !sent.After(n.seen):
-		case !n.hasBase:
-			n.base, n.hasBase = counter, true
-		case counter != n.base:
-			n.moved = recv
-		}
-	}
+	p.n.ChangeRead(sent, recv, counter)
 }
 
 // movedBy records that a move of the change row landed after a read of it sent at sent, by
@@ -106,11 +43,7 @@ func (p *pendingNotes) changeRead(sent, recv time.Time, counter int64) {
 func (p *pendingNotes) movedBy(sent, recv time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, n := range p.notes {
-		if n.moved.IsZero() && sent.After(n.seen) {
-			n.moved = recv
-		}
-	}
+	p.n.MovedBy(sent, recv)
 }
 
 // movedAfter returns when a move after holding t of shard id's lease was first known; zero
@@ -118,10 +51,7 @@ func (p *pendingNotes) movedBy(sent, recv time.Time) {
 func (p *pendingNotes) movedAfter(id string, t lease.Tenure) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if n := p.notes[id]; n != nil && n.t == t {
-		return n.moved
-	}
-	return time.Time{}
+	return p.n.MovedAfter(id, protocol.Tenure(t))
 }
 
 // toBump reports whether a pending holding of an owner that silent says looks silent has no
@@ -130,13 +60,7 @@ func (p *pendingNotes) movedAfter(id string, t lease.Tenure) time.Time {
 func (p *pendingNotes) toBump(silent func(owner string) bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	bump := false
-	for _, n := range p.notes {
-		if n.moved.IsZero() && !n.bumped && silent(n.t.Owner) {
-			n.bumped, bump = true, true
-		}
-	}
-	return bump
+	return p.n.ToBump(silent)
 }
 
 // pendingHow completes a pending take of shard id's lease, as the round's listing v shows it:
@@ -162,12 +86,7 @@ func (c *coordinator) pendingHow(v *view, id string, how takeHow) takeHow {
 // suspect reports whether owner's heartbeat row, as this subscriber read it within the last
 // TTL/3 (a row not read for longer says nothing of now), shows it stopped or missed a renewal.
 func (c *coordinator) suspect(owner string) bool {
-	b := c.peers.seen[owner]
-	if owner == c.s.tenure.owner() || b == nil {
-		return false
-	}
-	now, ttl := time.Now(), c.s.cfg.leaseTTL
-	return b.gone(owner) || now.Sub(b.read) <= ttl/3 && b.stillFor(now) >= ttl/2
+	return c.peers.Suspect(c.s.tenure.owner(), owner, time.Now(), c.s.cfg.leaseTTL)
 }
 
 // bumpPending moves the change row when a pending lease whose owner looks silent has no move

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -187,8 +188,8 @@ func TestSilentOwnerReapedWhenDue(t *testing.T) {
 			WithShardSyncInterval(time.Second))...)
 		eventually(t, 10*time.Second, "a reads the silent owner's shards", func() bool { return reading(a) == 2 })
 		took := time.Since(start)
-		require.GreaterOrEqual(t, took, reapAfter(ttl), "taken over before the row stood still for reapAfter")
-		require.Less(t, took, reapAfter(ttl)+100*time.Millisecond, "taken over later than due")
+		require.GreaterOrEqual(t, took, protocol.ReapAfter(ttl), "taken over before the row stood still for reapAfter")
+		require.Less(t, took, protocol.ReapAfter(ttl)+100*time.Millisecond, "taken over later than due")
 	})
 }
 
@@ -234,7 +235,7 @@ func TestOverlookedOwnerReapedWhenDue(t *testing.T) {
 			return err == nil && l.Owner != "x"
 		})
 		took := time.Since(crashed)
-		require.Less(t, took, time.Second+reapAfter(ttl)+200*time.Millisecond,
+		require.Less(t, took, time.Second+protocol.ReapAfter(ttl)+200*time.Millisecond,
 			"taken over later than a claim tick (a's listing) and reapAfter after the crash")
 		eventually(t, 5*time.Second, "a reads x's shard", func() bool { return reading(a) == 2 })
 	})
@@ -271,8 +272,8 @@ func TestPendingLeaseOfSilentThiefWaitsDuringReap(t *testing.T) {
 		read := time.Now()
 		require.False(t, reaped.IsZero(), "read before the thief's row was taken over")
 		t.Logf("thief silent at 0: row taken over after %v, shard read after %v", reaped.Sub(stopped), read.Sub(stopped))
-		require.GreaterOrEqual(t, read.Sub(stopped), stealWait(ttl), "read before the victim could have stopped")
-		require.Less(t, read.Sub(reaped), stealWait(ttl), "the wait for the victim began only at the takeover")
+		require.GreaterOrEqual(t, read.Sub(stopped), protocol.StealWait(ttl), "read before the victim could have stopped")
+		require.Less(t, read.Sub(reaped), protocol.StealWait(ttl), "the wait for the victim began only at the takeover")
 	})
 }
 
@@ -319,7 +320,7 @@ func TestPendingLeaseOfStoppedVictimReadAtOnce(t *testing.T) {
 		read := time.Now()
 		require.False(t, reaped.IsZero(), "read before the thief's row was taken over")
 		t.Logf("thief silent at 0: row taken over after %v, shard read after %v", reaped.Sub(stopped), read.Sub(stopped))
-		require.Less(t, read.Sub(reaped), stealWait(ttl)/3, "a waited for a victim that had stopped")
+		require.Less(t, read.Sub(reaped), protocol.StealWait(ttl)/3, "a waited for a victim that had stopped")
 		require.Equal(t, a.cfg.owner, readLease(t, store, name, shard).Owner)
 	})
 }

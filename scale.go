@@ -4,6 +4,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/gostream/kinesub/internal/protocol"
 )
 
 // The fleet's size. Every instance notes its consumer's utilization on its heartbeat row with
@@ -72,18 +74,18 @@ func (s *Subscriber) fleetNow() (util float64, needed int64) {
 	return s.env.loads.util.utilization(time.Now()), needed
 }
 
-// noteFleet works out the fleet's size from the round's view (balanceIn: the live instances,
+// noteFleet works out the fleet's size from the round's view (the planner's: the live instances,
 // the readable shards) and the heartbeat rows read with it.
-func (c *coordinator) noteFleet(in *balanceIn) {
+func (c *coordinator) noteFleet(in *protocol.BalanceIn) {
 	s := c.s
-	fi := fleetIn{shards: len(in.readable), target: s.cfg.scaleTarget,
+	fi := fleetIn{shards: len(in.Readable), target: s.cfg.scaleTarget,
 		utils: []float64{s.env.loads.util.utilization(time.Now())}}
-	for owner := range in.beats {
-		if in.lapsed(owner) {
+	for owner := range in.Beats {
+		if in.Lapsed(owner) {
 			continue
 		}
-		if b := c.peers.seen[owner]; b != nil {
-			if l, ok := parseLoad(b.row.Note); ok && l.hasUtil {
+		if b := c.peers.Seen[owner]; b != nil {
+			if l, ok := parseLoad(b.Row.Note); ok && l.hasUtil {
 				fi.utils = append(fi.utils, l.util)
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -146,10 +147,10 @@ func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool, after time.
 	if stolen {
 		w.st.Store(uint32(stateStarting))
 		w.stolen = true
-		w.startDelay = stealWait(env.cfg.leaseTTL)
+		w.startDelay = protocol.StealWait(env.cfg.leaseTTL)
 		w.announce = true
 		if !after.IsZero() {
-			w.startDelay = max(0, stealWait(env.cfg.leaseTTL)-time.Since(after))
+			w.startDelay = max(0, protocol.StealWait(env.cfg.leaseTTL)-time.Since(after))
 			w.announce = false
 		}
 	}
@@ -453,12 +454,3 @@ func (w *worker) hasRoom() bool {
 	c := w.env.cfg
 	return c.maxInFlight-w.wm.unsettled() >= c.refill() && w.wm.bytes <= c.maxInFlightBytes/2
 }
-
-// stealWait is how long a thief waits, after the change row moved following its steal, before
-// it reads the shard. The victim's last confirmation that its leases were its own was sent
-// before that move was applied (a later one sees the move, reads its leases and stops), and the
-// victim stops reading at the latest 2/3 TTL after sending it (tenure.go), however its store
-// calls fail. Both measure elapsed time on their own monotonic clocks, so clock offsets between
-// hosts do not matter; the extra TTL/12 covers the victim's scheduling delay in stopping and
-// clock rate drift.
-func stealWait(ttl time.Duration) time.Duration { return ttl*2/3 + ttl/12 }

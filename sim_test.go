@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/internal/sim"
 	"github.com/gostream/kinesub/kinesistest"
 	"github.com/gostream/kinesub/lease"
@@ -1001,7 +1002,7 @@ func (s *simSinkSums) add(c *sim.Checker) {
 // the first that started after it; doubled for crashes that take an instance's watchers down
 // with it (a new watcher first reads the row afresh). Past it, the fleet stalled.
 func simFailoverBound(ttl time.Duration) time.Duration {
-	return 2 * (ttl/3 + reapAfter(ttl) + stealWait(ttl) + 2*time.Second)
+	return 2 * (ttl/3 + protocol.ReapAfter(ttl) + protocol.StealWait(ttl) + 2*time.Second)
 }
 
 // simGoals collects, over one TestSimulation, the seeds that missed a goal and the crash

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -50,27 +51,25 @@ import (
 // handed out.
 
 // tenure is this subscriber's hold on its shards: its heartbeat row's holding and the deadline
-// its readers keep. It is safe for concurrent use.
+// its readers keep. The deadline's arithmetic is the protocol core's (protocol.Deadline); tenure
+// adds its lock, the timer that fires it and the atomic every hand-out reads. It is safe for
+// concurrent use.
 type tenure struct {
 	ttl  time.Duration
 	base time.Time // a monotonic origin for until
 
-	// until is the deadline as nanoseconds after base: records may be handed out before it.
-	// Read on every hand-out, so it is an atomic.
+	// until is the deadline in force as nanoseconds after base (math.MinInt64 once resigned):
+	// records may be handed out before it. Read on every hand-out, so it is an atomic.
 	until atomic.Int64
 
-	mu        sync.Mutex
-	name      string        // this subscriber's owner name: WithOwner's, with an incarnation
-	key       string        // its heartbeat row
-	row       lease.Tenure  // the heartbeat row's holding
-	beatSent  time.Time     // send of the last renewal known to have landed (or of the joining write)
-	attempted time.Time     // send of the earliest renewal attempt not yet known to have landed; zero: none
-	confirmed time.Time     // send of the last confirmation
-	verified  int64         // the change row's counter at the last reading of the leases; -1: none
-	passed    bool          // the deadline passed; it stays put until every shard was lost (fire)
-	revived   chan struct{} // closed when the deadline moves on afresh (restart)
-	deadline  *time.Timer   // fires when readers must stop; nil until keepTenure runs
-	expired   func()        // what the deadline does: lose every shard
+	mu       sync.Mutex
+	name     string            // this subscriber's owner name: WithOwner's, with an incarnation
+	key      string            // its heartbeat row
+	row      lease.Tenure      // the heartbeat row's holding
+	d        protocol.Deadline // the deadline's arithmetic
+	revived  chan struct{}     // closed when the deadline moves on afresh (restart)
+	deadline *time.Timer       // fires when readers must stop; nil until keepTenure runs
+	expired  func()            // what the deadline does: lose every shard
 
 	fireMu sync.Mutex // held by a firing deadline; stopped keeps later ones from acting
 	done   bool
@@ -79,7 +78,7 @@ type tenure struct {
 }
 
 func newTenure(name, key string, ttl time.Duration, expired func()) *tenure {
-	return &tenure{name: name, key: key, ttl: ttl, base: time.Now(), verified: -1, expired: expired,
+	return &tenure{name: name, key: key, ttl: ttl, base: time.Now(), d: protocol.NewDeadline(ttl), expired: expired,
 		revived: make(chan struct{})}
 }
 
@@ -110,7 +109,7 @@ func (t *tenure) mayHandOut() bool {
 func (t *tenure) resign() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.passed = true
+	t.d.Resign()
 	t.until.Store(math.MinInt64)
 }
 
@@ -132,64 +131,46 @@ func (t *tenure) fire() {
 		return
 	}
 	t.mu.Lock()
-	if !t.passed && int64(time.Since(t.base)) < t.until.Load() {
+	if !t.d.Fire(time.Now()) {
 		t.mu.Unlock()
 		return // moved on since the timer was set
 	}
-	t.passed = true
 	t.mu.Unlock()
 	t.expired()
 	t.mu.Lock()
-	t.restart()
+	t.restarted(t.d.Restart(time.Now()))
 	t.mu.Unlock()
 }
 
-// restart lets the deadline move on afresh, with t.mu held: every shard held when it passed
-// was given up (or none was held: joining). A deadline still in the past arms no timer: nothing
-// is held or taken under it, and the next renewal or confirmation moves it (rearm).
-func (t *tenure) restart() {
-	t.passed = false
-	until := t.untilLocked()
-	t.until.Store(int64(until.Sub(t.base)))
-	if !until.After(time.Now()) {
+// restarted publishes the deadline after it moved on afresh (protocol.Deadline.Restart,
+// Joined), with t.mu held: every shard held when it passed was given up (or none was held:
+// joining). A deadline still in the past arms no timer: nothing is held or taken under it, and
+// the next renewal or confirmation moves it.
+func (t *tenure) restarted(revived bool) {
+	t.until.Store(int64(t.d.Until().Sub(t.base)))
+	if !revived {
 		return
 	}
 	close(t.revived)
 	t.revived = make(chan struct{})
 	if t.deadline != nil {
-		t.deadline.Reset(time.Until(until))
+		t.deadline.Reset(time.Until(t.d.Until()))
 	}
 }
 
-// untilLocked returns when readers must have stopped, with t.mu held.
-func (t *tenure) untilLocked() time.Time {
-	return minTime(t.beatSent, t.confirmed).Add(t.ttl * 2 / 3)
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// rearm moves the deadline to untilLocked, with t.mu held. Once it has passed it stays put
-// (the timer fires at once): every shard held is lost first (fire).
-func (t *tenure) rearm() {
-	if t.passed {
-		return // the firing under way loses every shard, then restarts
-	}
-	if int64(time.Since(t.base)) >= t.until.Load() {
-		t.passed = true
+// apply publishes what a step did to the deadline, with t.mu held. Once it has passed it stays
+// put (the timer fires at once): every shard held is lost first (fire).
+func (t *tenure) apply(ch protocol.Change) {
+	switch ch {
+	case protocol.Passed:
 		if t.deadline != nil {
 			t.deadline.Reset(0)
 		}
-		return
-	}
-	until := t.untilLocked()
-	t.until.Store(int64(until.Sub(t.base)))
-	if t.deadline != nil {
-		t.deadline.Reset(time.Until(until))
+	case protocol.Moved:
+		t.until.Store(int64(t.d.Until().Sub(t.base)))
+		if t.deadline != nil {
+			t.deadline.Reset(time.Until(t.d.Until()))
+		}
 	}
 }
 
@@ -197,9 +178,7 @@ func (t *tenure) rearm() {
 func (t *tenure) attempt(sent time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.attempted.IsZero() {
-		t.attempted = sent
-	}
+	t.d.Attempt(sent)
 }
 
 // renewed records that the heartbeat row is now at holding row, moved there by a renewal this
@@ -208,11 +187,7 @@ func (t *tenure) renewed(row lease.Tenure) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.row = row
-	if t.attempted.After(t.beatSent) {
-		t.beatSent = t.attempted
-		t.rearm()
-	}
-	t.attempted = time.Time{}
+	t.apply(t.d.Renewed(time.Now()))
 }
 
 // confirm records a confirmation sent at sent: the change row still had counter change, the
@@ -220,14 +195,9 @@ func (t *tenure) renewed(row lease.Tenure) {
 func (t *tenure) confirm(sent time.Time, change int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if change != t.verified {
-		return false
-	}
-	if sent.After(t.confirmed) {
-		t.confirmed = sent
-		t.rearm()
-	}
-	return true
+	ok, ch := t.d.Confirm(sent, change, time.Now())
+	t.apply(ch)
+	return ok
 }
 
 // read records a reading of the leases sent at sent, after a read of the change row that found
@@ -235,11 +205,7 @@ func (t *tenure) confirm(sent time.Time, change int64) bool {
 func (t *tenure) read(sent time.Time, change int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.verified = change
-	if sent.After(t.confirmed) {
-		t.confirmed = sent
-		t.rearm()
-	}
+	t.apply(t.d.Read(sent, change, time.Now()))
 }
 
 // holding returns the heartbeat row's holding.
@@ -281,8 +247,7 @@ func (s *Subscriber) join(ctx context.Context, rename bool) error {
 	t.name, t.key, t.row = name, key, l.Tenure()
 	// No shard is held here yet (or any more, after the row was lost): there is nothing to
 	// confirm until the first reading of the leases.
-	t.beatSent, t.confirmed, t.attempted, t.verified = sent, sent, time.Time{}, -1
-	t.restart()
+	t.restarted(t.d.Joined(sent, time.Now()))
 	t.mu.Unlock()
 	s.table.setOwner(name)
 	return nil
@@ -294,7 +259,7 @@ func (s *Subscriber) join(ctx context.Context, rename bool) error {
 func (s *Subscriber) keepTenure(ctx context.Context) {
 	t := s.tenure
 	t.mu.Lock()
-	t.deadline = time.AfterFunc(time.Until(t.untilLocked()), t.fire)
+	t.deadline = time.AfterFunc(time.Until(t.d.Due()), t.fire)
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
@@ -304,7 +269,7 @@ func (s *Subscriber) keepTenure(ctx context.Context) {
 		t.done = true
 		t.fireMu.Unlock()
 	}()
-	tick := time.NewTicker(t.ttl / 3)
+	tick := time.NewTicker(protocol.RenewEvery(t.ttl))
 	defer tick.Stop()
 	for {
 		select {
@@ -328,7 +293,7 @@ func (s *Subscriber) renewHeartbeat(ctx context.Context) {
 	row := t.holding()
 	sent := time.Now()
 	t.attempt(sent)
-	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, t.ttl/3))
+	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, protocol.RenewEvery(t.ttl)))
 	defer cancel()
 	ok, err := s.stealHeartbeat(cctx, key, name, row.Counter, t.ttl)
 	if err == nil && ok {
@@ -338,7 +303,7 @@ func (s *Subscriber) renewHeartbeat(ctx context.Context) {
 	if err != nil && ctx.Err() == nil {
 		s.report(&ShardError{Stream: s.stream, Op: OpHeartbeat, Err: err})
 	}
-	rctx, rcancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, t.ttl/3))
+	rctx, rcancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, protocol.RenewEvery(t.ttl)))
 	l, rerr := s.cfg.store.Read(rctx, key)
 	rcancel()
 	switch {
@@ -366,7 +331,7 @@ func (s *Subscriber) renewHeartbeat(ctx context.Context) {
 func (s *Subscriber) confirmLeases(ctx context.Context) {
 	c := s.changes
 	sent := time.Now()
-	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, s.tenure.ttl/3))
+	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, protocol.RenewEvery(s.tenure.ttl)))
 	l, err := s.cfg.store.Read(cctx, c.key)
 	cancel()
 	if err != nil {

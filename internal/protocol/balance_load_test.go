@@ -1,4 +1,4 @@
-package kinesub
+package protocol
 
 import (
 	"fmt"
@@ -17,26 +17,26 @@ type loadCase struct {
 	moved    []int
 	orphans  []int // shards shown free because their owner stopped
 	settling bool
-	// want: the shards handed back, in order; take: how many leases planTake returns (drawn
+	// want: the shards handed back, in order; take: how many leases PlanTake returns (drawn
 	// from takeOf); steal: the owner stolen from, "" for none.
 	want []int
 }
 
-func (c loadCase) input(t *testing.T) *balanceIn {
+func (c loadCase) input(t *testing.T) *BalanceIn {
 	in := c.planCase.input(t)
 	if c.owners == nil {
 		return in
 	}
-	in.load = &loadIn{owners: c.owners, mine: map[string]float64{}, moved: map[string]bool{}, settling: c.settling}
+	in.Load = &LoadIn{Owners: c.owners, Mine: map[string]float64{}, Moved: map[string]bool{}, Settling: c.settling}
 	for i, l := range c.mine {
-		in.load.mine[fmt.Sprintf("s%02d", i)] = l
+		in.Load.Mine[fmt.Sprintf("s%02d", i)] = l
 	}
 	for _, i := range c.moved {
-		in.load.moved[fmt.Sprintf("s%02d", i)] = true
+		in.Load.Moved[fmt.Sprintf("s%02d", i)] = true
 	}
-	in.orphans = map[string]bool{}
+	in.Orphans = map[string]bool{}
 	for _, i := range c.orphans {
-		in.orphans[fmt.Sprintf("s%02d", i)] = true
+		in.Orphans[fmt.Sprintf("s%02d", i)] = true
 	}
 	return in
 }
@@ -125,24 +125,24 @@ func TestPlanBalanceByLoad(t *testing.T) {
 			for draw := range 50 {
 				r := seqChooser(draw)
 				in := c.input(t)
-				requireDrawn(t, "take", planTake(in, r), c.take, c.takeOf)
+				requireDrawn(t, "take", PlanTake(in, r), c.take, c.takeOf)
 				in = c.input(t)
 				wasLive := map[string]bool{}
 				owners, _ := in.counts()
 				for o := range owners {
 					wasLive[o] = true
 				}
-				p := planBalance(in, wasLive, c.balance, r)
+				p := PlanBalance(in, wasLive, c.balance, r)
 				if c.owners != nil && c.backOf == "" {
 					var want []string
 					for _, i := range c.want {
 						want = append(want, fmt.Sprintf("s%02d", i))
 					}
-					assert.Equal(t, want, p.handBack, "hand-backs")
+					assert.Equal(t, want, p.HandBack, "hand-backs")
 				} else {
-					requireDrawn(t, "hand-back", p.handBack, c.back, c.backOf)
+					requireDrawn(t, "hand-back", p.HandBack, c.back, c.backOf)
 				}
-				require.Equal(t, c.victim, p.victim, "victim")
+				require.Equal(t, c.victim, p.Victim, "victim")
 			}
 		})
 	}

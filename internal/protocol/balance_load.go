@@ -1,9 +1,9 @@
-package kinesub
+package protocol
 
 import "math"
 
 // Balancing by load. Every owner notes on its heartbeat row the bytes a second its readers
-// fetch (load.go). When every owner the fair share counts has noted a load, and the loads are
+// fetch (the root's load.go). When every owner the fair share counts has noted a load, and the loads are
 // not all equal (all zero, say: nothing is published), a round balances by load instead of by
 // count:
 //   - Hand back, on balance rounds: an owner above (1+loadSlack) × the mean load hands back,
@@ -24,41 +24,41 @@ const loadSlack = 0.15
 // maxLoadMoves is the most shards an owner hands back for load in one round.
 const maxLoadMoves = 4
 
-// loadIn is what balancing by load decides from.
-type loadIn struct {
-	owners map[string]float64 // bytes a second each owner noted on its heartbeat row
-	mine   map[string]float64 // bytes a second of each shard held here
-	moved  map[string]bool    // shards that moved lately: taken here, or handed back from here
-	// settling: a shard taken here lately has not been measured yet (no record fetched), so
+// LoadIn is what balancing by load decides from.
+type LoadIn struct {
+	Owners map[string]float64 // bytes a second each owner noted on its heartbeat row
+	Mine   map[string]float64 // bytes a second of each shard held here
+	Moved  map[string]bool    // shards that moved lately: taken here, or handed back from here
+	// Settling: a shard taken here lately has not been measured yet (no record fetched), so
 	// this subscriber's load may not show it.
-	settling bool
+	Settling bool
 }
 
 // byLoad returns the loads of this subscriber (measured now: its shards but those it is
 // handing back) and of the other owners the fair share counts (as they noted), and their mean,
 // with ok false when the round balances by count: a load is missing, or all are equal.
-func (in *balanceIn) byLoad(owners map[string]int) (loads map[string]float64, mean float64, ok bool) {
-	if in.load == nil {
+func (in *BalanceIn) byLoad(owners map[string]int) (loads map[string]float64, mean float64, ok bool) {
+	if in.Load == nil {
 		return nil, 0, false
 	}
 	loads = make(map[string]float64, len(owners))
 	for o := range owners {
-		if o == in.owner || in.lapsed(o) {
+		if o == in.Owner || in.Lapsed(o) {
 			continue
 		}
-		l, ok := in.load.owners[o]
+		l, ok := in.Load.Owners[o]
 		if !ok {
 			return nil, 0, false
 		}
 		loads[o] = l
 	}
 	me := 0.0
-	for _, id := range in.readable {
-		if in.counted(id) && in.local[id] != stateDraining {
-			me += in.load.mine[id]
+	for _, id := range in.Readable {
+		if in.counted(id) && in.Local[id] != LocalDraining {
+			me += in.Load.Mine[id]
 		}
 	}
-	loads[in.owner] = me
+	loads[in.Owner] = me
 	sum, lo, hi := 0.0, math.Inf(1), math.Inf(-1)
 	for _, l := range loads {
 		sum, lo, hi = sum+l, min(lo, l), max(hi, l)
@@ -74,16 +74,16 @@ func (in *balanceIn) byLoad(owners map[string]int) (loads map[string]float64, me
 // was measured. Were every owner at or below
 // the mean to take, a shard handed back would go to whichever asked first, and measurements
 // that differ by a few percent would move shards back and forth.
-func (in *balanceIn) mayTakeByLoad(loads map[string]float64, mean float64) bool {
-	if in.load.settling {
+func (in *BalanceIn) mayTakeByLoad(loads map[string]float64, mean float64) bool {
+	if in.Load.Settling {
 		return false
 	}
-	me := loads[in.owner]
+	me := loads[in.Owner]
 	if me <= mean*(1-loadSlack) {
 		return true
 	}
 	for o, l := range loads {
-		if o != in.owner && l < me {
+		if o != in.Owner && l < me {
 			return false
 		}
 	}
@@ -91,17 +91,17 @@ func (in *balanceIn) mayTakeByLoad(loads map[string]float64, mean float64) bool 
 }
 
 // planLoad picks the shards to hand back for load (see above).
-func (in *balanceIn) planLoad(loads map[string]float64, mean float64) []string {
-	me := loads[in.owner]
+func (in *BalanceIn) planLoad(loads map[string]float64, mean float64) []string {
+	me := loads[in.Owner]
 	var cands []string
-	for _, id := range in.readable {
-		if in.counted(id) && in.local[id] == stateReading && !in.load.moved[id] && in.load.mine[id] > 0 {
+	for _, id := range in.Readable {
+		if in.counted(id) && in.Local[id] == LocalReading && !in.Load.Moved[id] && in.Load.Mine[id] > 0 {
 			cands = append(cands, id)
 		}
 	}
 	others := make(map[string]float64, len(loads))
 	for o, l := range loads {
-		if o != in.owner {
+		if o != in.Owner {
 			others[o] = l
 		}
 	}
@@ -122,11 +122,11 @@ func (in *balanceIn) planLoad(loads map[string]float64, mean float64) []string {
 		}
 		best := -1
 		for i, id := range cands {
-			l := in.load.mine[id]
+			l := in.Load.Mine[id]
 			if lo+l > me-mean/20 {
 				continue
 			}
-			if best < 0 || math.Abs(l-ideal) < math.Abs(in.load.mine[cands[best]]-ideal) {
+			if best < 0 || math.Abs(l-ideal) < math.Abs(in.Load.Mine[cands[best]]-ideal) {
 				best = i
 			}
 		}
@@ -134,8 +134,8 @@ func (in *balanceIn) planLoad(loads map[string]float64, mean float64) []string {
 			break
 		}
 		id := cands[best]
-		me -= in.load.mine[id]
-		others[least] += in.load.mine[id]
+		me -= in.Load.Mine[id]
+		others[least] += in.Load.Mine[id]
 		back = append(back, id)
 		cands = append(cands[:best], cands[best+1:]...)
 	}

@@ -1,4 +1,4 @@
-package kinesub
+package protocol
 
 import (
 	"fmt"
@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/gostream/kinesub/lease"
 )
 
 var planNow = time.Unix(1_700_000_000, 0)
@@ -34,17 +32,17 @@ type planCase struct {
 	was     string
 	balance bool
 
-	take   int    // leases planTake returns
+	take   int    // leases PlanTake returns
 	takeOf string // the shards they are drawn from, by index
 	back   int    // leases handed back
 	backOf string
 	victim string // the owner stolen from, "" for no steal
 }
 
-func (c planCase) input(t *testing.T) *balanceIn {
+func (c planCase) input(t *testing.T) *BalanceIn {
 	t.Helper()
-	in := &balanceIn{owner: "me", now: planNow, leases: map[string]lease.Lease{}, beats: map[string]lease.Lease{},
-		local: map[string]shardState{}, taken: map[string]bool{}}
+	in := &BalanceIn{Owner: "me", Now: planNow, Leases: map[string]Row{}, Beats: map[string]Row{},
+		Local: map[string]LocalState{}, Taken: map[string]bool{}}
 	tokens := strings.Fields(c.table)
 	for i, tok := range tokens {
 		id := fmt.Sprintf("s%02d", i)
@@ -52,42 +50,42 @@ func (c planCase) input(t *testing.T) *balanceIn {
 		tok = strings.TrimSuffix(tok, "^")
 		expired := strings.HasSuffix(tok, "~")
 		tok = strings.TrimSuffix(tok, "~")
-		l := lease.Lease{Key: "stream/" + id, Counter: int64(10 + i)}
+		l := Row{Key: "stream/" + id, Counter: int64(10 + i)}
 		if tok != "-" {
 			l.Owner, l.Expiry = tok, planNow.Add(time.Second)
 			if expired {
 				l.Expiry = planNow.Add(-time.Second)
 			}
 		}
-		in.leases[id] = l
+		in.Leases[id] = l
 		if !blocked {
-			in.readable = append(in.readable, id)
+			in.Readable = append(in.Readable, id)
 		}
 	}
 	for _, tok := range strings.Fields(c.beats) {
 		owner := strings.TrimRight(tok, "~_")
-		l := lease.Lease{Key: "stream/" + ownerRowPrefix + owner, Owner: owner, Counter: 1, Expiry: planNow.Add(time.Second)}
+		l := Row{Key: "stream/~v2/owner/" + owner, Owner: owner, Counter: 1, Expiry: planNow.Add(time.Second)}
 		switch tok[len(owner):] {
 		case "~":
 			l.Expiry = planNow.Add(-time.Second)
 		case "_":
 			l.Owner = ""
 		}
-		in.beats[owner] = l
+		in.Beats[owner] = l
 	}
 	if c.local != "" {
 		require.Len(t, c.local, len(tokens), "local")
 	}
-	states := map[byte]shardState{'R': stateReading, 'S': stateStarting, 'L': stateDraining, 'E': stateEnded, 'X': stateLost}
+	states := map[byte]LocalState{'R': LocalReading, 'S': LocalStarting, 'L': LocalDraining, 'E': LocalEnded, 'X': LocalLost}
 	for i := range c.local {
 		if c.local[i] != '.' {
 			st, ok := states[c.local[i]]
 			require.True(t, ok, "local state %q", c.local[i])
-			in.local[fmt.Sprintf("s%02d", i)] = st
+			in.Local[fmt.Sprintf("s%02d", i)] = st
 		}
 	}
 	for _, i := range indices(t, c.taken) {
-		in.taken[fmt.Sprintf("s%02d", i)] = true
+		in.Taken[fmt.Sprintf("s%02d", i)] = true
 	}
 	return in
 }
@@ -210,7 +208,7 @@ func TestPlanBalance(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			for range 50 {
 				in := c.input(t)
-				requireDrawn(t, "take", planTake(in, r), c.take, c.takeOf)
+				requireDrawn(t, "take", PlanTake(in, r), c.take, c.takeOf)
 				owners, _ := in.counts()
 				was := map[string]bool{}
 				if c.was == "=" {
@@ -221,18 +219,18 @@ func TestPlanBalance(t *testing.T) {
 				for _, o := range strings.Fields(c.was) {
 					was[o] = o != "="
 				}
-				p := planBalance(in, was, c.balance, r)
-				requireDrawn(t, "hand back", p.handBack, c.back, c.backOf)
-				require.Equal(t, slices.Sorted(maps.Keys(owners)), slices.Sorted(maps.Keys(p.live)), "live owners")
+				p := PlanBalance(in, was, c.balance, r)
+				requireDrawn(t, "hand back", p.HandBack, c.back, c.backOf)
+				require.Equal(t, slices.Sorted(maps.Keys(owners)), slices.Sorted(maps.Keys(p.Live)), "live owners")
 				if c.victim == "" {
-					require.Empty(t, p.steal, "stole")
+					require.Empty(t, p.Steal, "stole")
 					continue
 				}
-				require.Equal(t, c.victim, p.victim)
-				l := in.leases[p.steal]
-				require.Equal(t, c.victim, l.Owner, "stole %s", p.steal)
+				require.Equal(t, c.victim, p.Victim)
+				l := in.Leases[p.Steal]
+				require.Equal(t, c.victim, l.Owner, "stole %s", p.Steal)
 				require.True(t, l.Held(planNow), "stole an expired lease")
-				require.Equal(t, l.Counter, p.counter, "steal not conditional on the counter read")
+				require.Equal(t, l.Counter, p.Counter, "steal not conditional on the counter read")
 			}
 		})
 	}
@@ -240,7 +238,7 @@ func TestPlanBalance(t *testing.T) {
 
 // simRounds are the simulation's claim rounds per lease TTL (claims and renewals come every
 // TTL/3), simBalanceEvery its rounds per balance round (the default balance interval, 2×TTL),
-// simStealWait the rounds a thief waits before it reads (stealWait, 3/4 TTL, rounded up).
+// simStealWait the rounds a thief waits before it reads (StealWait, 3/4 TTL, rounded up).
 const (
 	simRounds       = 3
 	simTTL          = 3 * time.Second
@@ -251,7 +249,7 @@ const (
 // simOwner is one subscriber in the simulation.
 type simOwner struct {
 	name     string
-	local    map[string]shardState
+	local    map[string]LocalState
 	starting map[string]int // rounds left before a stolen shard is read
 	wasLive  map[string]bool
 	phase    int // its balance rounds come when (round+phase)%simBalanceEvery == 0
@@ -263,19 +261,19 @@ type simOwner struct {
 // order, so plans made from the same table race as they do in a real deployment.
 type planSim struct {
 	t      *testing.T
-	r      chooser
+	r      Chooser
 	now    time.Time
 	round  int
 	shards []string
-	leases map[string]lease.Lease
-	beats  map[string]lease.Lease
+	leases map[string]Row
+	beats  map[string]Row
 	owners map[string]*simOwner
 	named  int
 	moves  int // leases that changed owner
 }
 
-func newPlanSim(t *testing.T, r chooser, shards int) *planSim {
-	s := &planSim{t: t, r: r, now: planNow, leases: map[string]lease.Lease{}, beats: map[string]lease.Lease{}, owners: map[string]*simOwner{}}
+func newPlanSim(t *testing.T, r Chooser, shards int) *planSim {
+	s := &planSim{t: t, r: r, now: planNow, leases: map[string]Row{}, beats: map[string]Row{}, owners: map[string]*simOwner{}}
 	for i := range shards {
 		s.shards = append(s.shards, fmt.Sprintf("s%02d", i))
 	}
@@ -288,14 +286,14 @@ func (s *planSim) running() []*simOwner {
 	for _, name := range slices.Sorted(maps.Keys(s.owners)) {
 		out = append(out, s.owners[name])
 	}
-	shuffle(s.r, out)
+	Shuffle(s.r, out)
 	return out
 }
 
 func (s *planSim) join() {
 	s.named++
 	name := fmt.Sprintf("o%d", s.named)
-	s.owners[name] = &simOwner{name: name, local: map[string]shardState{}, starting: map[string]int{}, phase: s.r.IntN(simBalanceEvery)}
+	s.owners[name] = &simOwner{name: name, local: map[string]LocalState{}, starting: map[string]int{}, phase: s.r.IntN(simBalanceEvery)}
 }
 
 // leave closes an owner cleanly: its leases and heartbeat are released.
@@ -330,10 +328,10 @@ func (s *planSim) step() {
 	for _, o := range s.running() {
 		s.keep(o)
 	}
-	views := map[string]*balanceIn{}
+	views := map[string]*BalanceIn{}
 	for _, o := range s.running() {
-		views[o.name] = &balanceIn{owner: o.name, now: s.now, readable: s.shards, leases: maps.Clone(s.leases),
-			beats: maps.Clone(s.beats), local: maps.Clone(o.local)}
+		views[o.name] = &BalanceIn{Owner: o.name, Now: s.now, Readable: s.shards, Leases: maps.Clone(s.leases),
+			Beats: maps.Clone(s.beats), Local: maps.Clone(o.local)}
 	}
 	for _, o := range s.running() {
 		s.claim(o, views[o.name])
@@ -352,46 +350,46 @@ func (s *planSim) keep(o *simOwner) {
 			continue
 		}
 		switch o.local[id] {
-		case stateDraining:
+		case LocalDraining:
 			s.write(id, "", s.leases[id].Expiry)
 			delete(o.local, id)
 			continue
-		case stateStarting:
+		case LocalStarting:
 			if o.starting[id]--; o.starting[id] == 0 {
-				o.local[id] = stateReading
+				o.local[id] = LocalReading
 			}
 		}
 		s.write(id, o.name, s.now.Add(simTTL))
 	}
 }
 
-func (s *planSim) claim(o *simOwner, in *balanceIn) {
-	in.taken = map[string]bool{}
-	for _, id := range planTake(in, s.r) {
+func (s *planSim) claim(o *simOwner, in *BalanceIn) {
+	in.Taken = map[string]bool{}
+	for _, id := range PlanTake(in, s.r) {
 		if l := s.leases[id]; l.Owner != o.name && l.Held(s.now) {
 			continue // another owner took it first
 		}
 		s.write(id, o.name, s.now.Add(simTTL))
-		o.local[id] = stateReading
-		in.taken[id] = true
+		o.local[id] = LocalReading
+		in.Taken[id] = true
 	}
-	in.local = maps.Clone(o.local)
-	p := planBalance(in, o.wasLive, (s.round+o.phase)%simBalanceEvery == 0, s.r)
-	o.wasLive = p.live
-	for _, id := range p.handBack {
+	in.Local = maps.Clone(o.local)
+	p := PlanBalance(in, o.wasLive, (s.round+o.phase)%simBalanceEvery == 0, s.r)
+	o.wasLive = p.Live
+	for _, id := range p.HandBack {
 		// Only a shard it reads: one it stole and does not read yet could be read by the next
 		// owner while the one it was stolen from still reads it.
-		require.Equal(s.t, stateReading, o.local[id], "%s hands back %s\n%v", o.name, id, s)
-		o.local[id] = stateDraining
+		require.Equal(s.t, LocalReading, o.local[id], "%s hands back %s\n%v", o.name, id, s)
+		o.local[id] = LocalDraining
 	}
-	if p.steal != "" {
-		l := s.leases[p.steal]
-		require.True(s.t, l.Held(s.now) && l.Owner != o.name, "%s steals %s from %q\n%v", o.name, p.steal, l.Owner, s)
+	if p.Steal != "" {
+		l := s.leases[p.Steal]
+		require.True(s.t, l.Held(s.now) && l.Owner != o.name, "%s steals %s from %q\n%v", o.name, p.Steal, l.Owner, s)
 	}
-	if p.steal != "" && s.leases[p.steal].Counter == p.counter {
-		s.write(p.steal, o.name, s.now.Add(simTTL))
-		o.local[p.steal] = stateStarting
-		o.starting[p.steal] = simStealWait
+	if p.Steal != "" && s.leases[p.Steal].Counter == p.Counter {
+		s.write(p.Steal, o.name, s.now.Add(simTTL))
+		o.local[p.Steal] = LocalStarting
+		o.starting[p.Steal] = simStealWait
 	}
 }
 
@@ -426,7 +424,7 @@ func (s *planSim) fair() bool {
 	for _, id := range s.shards {
 		l := s.leases[id]
 		o := s.owners[l.Owner]
-		if o == nil || !l.Held(s.now) || o.local[id] != stateReading {
+		if o == nil || !l.Held(s.now) || o.local[id] != LocalReading {
 			return false
 		}
 		per[l.Owner]++
@@ -531,17 +529,17 @@ func TestPlanBalanceConverges(t *testing.T) {
 func TestHungryWhileOrphansLeft(t *testing.T) {
 	c := planCase{table: "me a a b b -", beats: "a b j", local: "R....."}
 	in := c.input(t)
-	in.orphans = map[string]bool{"s05": true}
-	require.Empty(t, planTake(in, globalRand{}), "left to the owner below the floor")
-	require.True(t, in.hungry(0, 0), "a stopped owner's lease left untaken")
+	in.Orphans = map[string]bool{"s05": true}
+	require.Empty(t, PlanTake(in, globalRand{}), "left to the owner below the floor")
+	require.True(t, in.Hungry(0, 0), "a stopped owner's lease left untaken")
 
-	in.orphans = nil
-	require.False(t, in.hungry(0, 0), "no orphan: at its share, nothing to look for")
+	in.Orphans = nil
+	require.False(t, in.Hungry(0, 0), "no orphan: at its share, nothing to look for")
 
-	in.orphans = map[string]bool{"s05": true}
-	in.taken["s05"] = true
-	in.local["s05"] = stateReading
-	require.False(t, in.hungry(1, 1), "the orphan taken")
+	in.Orphans = map[string]bool{"s05": true}
+	in.Taken["s05"] = true
+	in.Local["s05"] = LocalReading
+	require.False(t, in.Hungry(1, 1), "the orphan taken")
 }
 
 // TestPlanTakeOverdueOrphan: a stopped owner's lease that the share leaves to another owner
@@ -555,10 +553,10 @@ func TestPlanTakeOverdueOrphan(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			in := c.input(t)
 			last := fmt.Sprintf("s%02d", len(strings.Fields(c.table))-1)
-			in.orphans = map[string]bool{last: true}
-			require.Empty(t, planTake(in, globalRand{}), "first found free: left to the share")
-			in.overdue = map[string]bool{last: true}
-			require.Equal(t, []string{last}, planTake(in, globalRand{}), "free for a claim tick: taken")
+			in.Orphans = map[string]bool{last: true}
+			require.Empty(t, PlanTake(in, globalRand{}), "first found free: left to the share")
+			in.Overdue = map[string]bool{last: true}
+			require.Equal(t, []string{last}, PlanTake(in, globalRand{}), "free for a claim tick: taken")
 		})
 	}
 }
