@@ -1,12 +1,3 @@
-// Package protocol is kinesub's lease protocol (protocol 2, docs/leases.md) as a state machine
-// with no I/O: a Machine takes one Input at a time, with the instant it happens, and returns
-// what to do (Outputs): store operations to send, shards to start or stop reading, the next
-// instant it wants to be stepped at. It starts no goroutine, reads no clock, draws no random
-// number of its own and takes no context, so a single-threaded simulator replays a run exactly
-// from its seed, and a search can explore every order of answers and ticks of a small fleet.
-//
-// The runtime (the root package) is its interpreter: it performs each operation against the
-// lease.Store and feeds the answer back as an Answered input.
 package protocol
 
 import "time"
@@ -168,7 +159,17 @@ type Arm struct{ At time.Duration }
 // Closed: Close is done; the Machine takes no more inputs.
 type Closed struct{}
 
+// Rejoin: the heartbeat row was found taken over (this instance was taken for dead): every
+// shard was lost; step a Join with a new Incarnation, so that the owner name is new.
+type Rejoin struct{}
+
+// Failed: the Machine stopped for good (a join that could not be made): the subscription
+// ends with this error. The Machine takes no more inputs.
+type Failed struct{ Why string }
+
 func (Send) output()         {}
+func (Rejoin) output()       {}
+func (Failed) output()       {}
 func (StartReading) output() {}
 func (StopReading) output()  {}
 func (Arm) output()          {}

@@ -120,3 +120,16 @@ func (p *PendingNotes) ToBump(silent func(owner string) bool) bool {
 	}
 	return bump
 }
+
+// Clone returns a deep copy of p.
+func (p *PendingNotes) Clone() PendingNotes {
+	if p.notes == nil {
+		return PendingNotes{}
+	}
+	out := PendingNotes{notes: make(map[string]*pendingNote, len(p.notes))}
+	for id, n := range p.notes {
+		c := *n
+		out.notes[id] = &c
+	}
+	return out
+}
