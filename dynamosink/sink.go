@@ -215,7 +215,11 @@ func (s *Sink) transact(ctx context.Context, k string, mark types.TransactWriteI
 	r := tce.CancellationReasons
 	for i := range r {
 		if code(r[i]) == "ValidationError" {
-			return fmt.Errorf("%w: key %q: item %d refused: %w", ErrInvalidRecord, k, i-1, err)
+			what := fmt.Sprintf("item %d", i-1)
+			if i == 0 {
+				what = "the mark"
+			}
+			return fmt.Errorf("%w: key %q: %s refused: %w", ErrInvalidRecord, k, what, err)
 		}
 	}
 	if len(r) == 0 || code(r[0]) == "ConditionalCheckFailed" {

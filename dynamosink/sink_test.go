@@ -198,3 +198,16 @@ func TestFingerprint(t *testing.T) {
 	assert.NotEqual(t, fingerprint([]types.TransactWriteItem{a}), fingerprint([]types.TransactWriteItem{upd("t", "2", "x")}), "another key")
 	assert.NotEqual(t, fingerprint([]types.TransactWriteItem{a}), fingerprint([]types.TransactWriteItem{a, b}), "another item")
 }
+
+// DeadLetter passes on, with both errors, a record it cannot record as skipped for good.
+func TestDeadLetterPassesOnUnskippable(t *testing.T) {
+	s, err := New(noClient{t}, "marks")
+	require.NoError(t, err)
+	cause := errors.New("handler failed")
+	var got error
+	dl := s.DeadLetter(func(_ context.Context, _ *kinesub.Message, err error) error { got = err; return nil })
+	require.NoError(t, dl(context.Background(), &kinesub.Message{}, cause))
+	require.ErrorIs(t, got, cause)
+	require.ErrorIs(t, got, ErrInvalidRecord)
+	require.NoError(t, s.DeadLetter(nil)(context.Background(), &kinesub.Message{}, cause), "a nil next")
+}

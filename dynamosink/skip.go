@@ -139,13 +139,16 @@ func (s *Sink) Skip(ctx context.Context, m *kinesub.Message) error {
 // ErrOutOfOrder for it, never ErrReplay. A record that Skip finds applied (its last attempt
 // landed after all, or it was applied before) is not passed to next: it returns nil, and
 // Process acks it; so is one superseded by a later epoch, whose records that epoch applies.
-// When Skip fails its error is returned and Process calls the function again after a backoff.
-// A nil next only records the skip.
+// When Skip fails its error is returned and Process calls the function again after a backoff;
+// when it fails for good (Permanent: a record the Sink cannot write, which no Apply wrote
+// either) the record goes to next with both errors. A nil next only records the skip.
 func (s *Sink) DeadLetter(next func(context.Context, *kinesub.Message, error) error) func(context.Context, *kinesub.Message, error) error {
 	return func(ctx context.Context, m *kinesub.Message, cause error) error {
 		switch err := s.Skip(ctx, m); {
 		case errors.Is(err, ErrReplay), errors.Is(err, ErrSuperseded):
 			return nil
+		case err != nil && Permanent(err):
+			cause = errors.Join(cause, err)
 		case err != nil:
 			return err
 		}
