@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"github.com/gostream/kinesub/internal/recordsjson"
 	"runtime"
 	"strconv"
 	"strings"
@@ -71,7 +72,7 @@ func (f *decodingKinesis) GetRecords(ctx context.Context, in *kinesis.GetRecords
 	*buf = body
 	// As recordsProtocol decodes the answer to a call for in.Limit records.
 	out := new(kinesis.GetRecordsOutput)
-	if err := decodeRecordsHint(body, out, min(n, len(body)/minRecordJSON+1)); err != nil {
+	if err := recordsjson.DecodeHint(body, out, min(n, len(body)/recordsjson.MinRecordJSON+1)); err != nil {
 		return nil, err
 	}
 	return out, nil
