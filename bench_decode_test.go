@@ -23,7 +23,7 @@ import (
 )
 
 // decodingKinesis is a pageKinesis whose GetRecords answers are decoded from JSON bodies by
-// kinesub's own decoder (recordsjson.go), as the Kinesis client's answers are: what a page
+// kinesub's own decoder (internal/recordsjson), as the Kinesis client's answers are: what a page
 // costs to decode, and every record's allocations, are in the measurement, as end to end.
 // Records are of benchRecordSize bytes under 1,000 partition keys, each record's JSON the same
 // length, so that a body of any count is a prefix of one rendered body.

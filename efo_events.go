@@ -22,7 +22,7 @@ import (
 //
 // eventsProtocol takes the events of one SubscribeToShard call over on the SDK's reader
 // goroutine: it reads each event-stream message itself, decodes a SubscribeToShardEvent with
-// kinesub's GetRecords decoder (recordsjson.go) and hands it straight to the shard's reader on
+// kinesub's GetRecords decoder (internal/recordsjson) and hands it straight to the shard's reader on
 // events. Every other message (an exception, an error, an unknown event type, a message it
 // does not read: bad checksums, header types it does not know, JSON it leaves to the SDK) and
 // every read error goes, as the bytes it read, to the SDK's protocol, which answers as it
