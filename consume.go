@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"sync/atomic"
 )
@@ -134,8 +135,9 @@ func (b *Batch) ShardID() string { return b.msgs[0].ShardID() }
 func (b *Batch) Messages() []*Message { return b.msgs }
 
 // Ack acks every message of the batch not yet settled, at the cost of about one Ack: the
-// shard's watermark is updated once. It returns ErrClosed once Close has returned, and with
-// WithCheckpointInterval(0) the checkpoint write's error. A nil ctx is context.Background(),
+// shard's watermark is updated once. It returns ErrClosed once Close has returned, an error
+// matching ErrAckedLate when the shard's reading ended before the ack (the batch is delivered
+// again), and with WithCheckpointInterval(0) the checkpoint write's error. A nil ctx is context.Background(),
 // as for Message.Ack.
 func (b *Batch) Ack(ctx context.Context) error {
 	if ctx == nil {
@@ -180,5 +182,9 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 		w.stats.acked.Add(untimed) // counted at once, as the others would be one by one
 	}
 	w.out.done(int64(n))
-	return w.settled(ctx, advanced, roomy)
+	var late error
+	if n > 0 {
+		late = w.lateAcks(n, !current)
+	}
+	return errors.Join(late, w.settled(ctx, advanced, roomy))
 }

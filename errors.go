@@ -3,6 +3,7 @@ package kinesub
 import (
 	"errors"
 	"fmt"
+	"github.com/gostream/kinesub/internal/envelope"
 )
 
 var (
@@ -29,6 +30,16 @@ var (
 	// ErrLeaseLost is reported (on Errors, in a ShardError) when a shard's lease was taken
 	// over or could not be renewed in time; that shard's reader stops, the others go on.
 	ErrLeaseLost = errors.New("kinesub: lease lost")
+	// ErrAckedLate is returned, wrapped, by an Ack (Message.Ack, Batch.Ack) that came after its
+	// shard's reading under that lease ended: the lease was lost (the error then matches
+	// ErrLeaseLost too), the shard was handed back or released, or a Seek moved it. The ack
+	// moved no checkpoint, so the record is delivered again by the shard's next holder (or, after
+	// a seek back, by this one): whatever the handler did for it may be done again. The message
+	// counts as settled all the same (a second Ack returns ErrAlreadySettled). It is what the
+	// Java KCL's ShutdownException tells a checkpointer; the metric kinesub.records.acked_late
+	// counts these acks. Make effects idempotent, or fence them with Message.Tenure
+	// (dynamosink), rather than treating it as fatal.
+	ErrAckedLate = errors.New("kinesub: acked after the shard's reading ended: the record will be delivered again")
 	// ErrConsumerBusy is yielded at once by All or Batches while another All or Batches loop
 	// runs, or after Messages was called: one consumer pulls at a time, so that the stream is
 	// never split silently between two.
@@ -69,7 +80,7 @@ var (
 	// ErrInvalidHeader is wrapped by the error for a header that the envelope cannot carry: an empty
 	// name, a name containing ':' or '\n', a value containing '\n', a name or value beginning or
 	// ending with white space (readers trim it), or two names that differ only in case.
-	ErrInvalidHeader = errors.New("kinesub: invalid header")
+	ErrInvalidHeader = envelope.ErrInvalidHeader
 )
 
 // ShardError is a failure of one operation, on one shard or (with Shard empty) on the whole
@@ -107,6 +118,7 @@ const (
 	OpSeek             Op = "Seek"             // repositioning a shard
 	OpSubscribeToShard Op = "SubscribeToShard" // reading a shard over enhanced fan-out
 	OpProcess          Op = "Process"          // a record's handler or dead-letter function failed (ProcessError)
+	OpAck              Op = "Ack"              // an ack after the shard's reading ended (ErrAckedLate)
 )
 
 func (e *ShardError) Error() string {

@@ -17,7 +17,8 @@ type ShardListener struct {
 	Started func(ShardStart)
 	// Stopped is called when this subscriber stops reading a shard it was told Started for,
 	// once the shard's deliveries were settled or abandoned: nothing more of that reading is
-	// handed out, and acks of what was are no-ops (see StopReason for which).
+	// handed out, and acks of what was move no checkpoint and return ErrAckedLate (see
+	// StopReason for which).
 	Stopped func(ShardStop)
 }
 

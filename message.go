@@ -293,8 +293,10 @@ func (m *Message) Position() Position {
 // lease store within the checkpoint interval (at once with WithCheckpointInterval(0), in which
 // case Ack returns after the write, and returns the write's error; the ack itself counts
 // either way, and a later flush writes it). Ack after the shard was sought or its lease lost
-// or given up is a no-op, counted by the metric kinesub.records.acked_late. A second Ack or Nack returns ErrAlreadySettled; Ack or Nack once Close has
-// returned returns ErrClosed (what was not settled by then is delivered again, by this
+// or given up moves no checkpoint: it returns an error matching ErrAckedLate (and
+// ErrLeaseLost when the lease was lost), since the record will be delivered again, and is
+// counted by the metric kinesub.records.acked_late. A second Ack or Nack returns
+// ErrAlreadySettled; Ack or Nack once Close has returned returns ErrClosed (what was not settled by then is delivered again, by this
 // subscriber or the shard's next owner). A nil ctx is context.Background(): Ack never refuses.
 func (m *Message) Ack(ctx context.Context) error { return m.settle(ctx, false) }
 

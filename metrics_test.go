@@ -495,7 +495,7 @@ func TestMetricsAckedLate(t *testing.T) {
 	w := ws[0]
 	w.lose("lost in a test")
 	eventually(t, 5*time.Second, "the shard lost", func() bool { return w.state() == stateLost })
-	require.NoError(t, got[1].Ack(ctx), "a late Ack is not an error")
+	require.ErrorIs(t, got[1].Ack(ctx), ErrAckedLate)
 	require.EqualValues(t, 1, mt.sum("kinesub.records.acked_late"))
 	require.EqualValues(t, 2, mt.sum("kinesub.records.acked"))
 }

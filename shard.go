@@ -387,16 +387,35 @@ func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
 	w.mu.Lock()
 	if m.pg.gen != w.wmGen {
 		w.mu.Unlock()
-		w.stats.ackedLate() // sought away from
-		return nil
+		return w.lateAcks(1, true)
 	}
 	advanced := w.wm.settle(m.index())
 	roomy := w.noteSettled(advanced)
 	w.mu.Unlock()
-	if st := w.state(); st == stateLost || st == stateReleased {
-		w.stats.ackedLate() // no checkpoint is written any more
+	late := w.lateAcks(1, false)
+	return errors.Join(late, w.settled(ctx, advanced, roomy))
+}
+
+// lateAcks counts n acks that moved no checkpoint and returns the error their Ack reports
+// (ErrAckedLate), or nil when they came in time: sought says their generation was sought away
+// from; otherwise they are late when the shard's lease was lost or released meanwhile, since
+// no checkpoint is written any more.
+func (w *worker) lateAcks(n int, sought bool) error {
+	var err error
+	switch st := w.state(); {
+	case sought:
+		err = fmt.Errorf("%w: the shard was sought", ErrAckedLate)
+	case st == stateLost:
+		err = fmt.Errorf("%w: %w", ErrAckedLate, ErrLeaseLost)
+	case st == stateReleased:
+		err = fmt.Errorf("%w: the shard was handed back", ErrAckedLate)
+	default:
+		return nil
 	}
-	return w.settled(ctx, advanced, roomy)
+	for range n {
+		w.stats.ackedLate()
+	}
+	return &ShardError{Stream: w.env.stream, Shard: w.id, Op: OpAck, Err: err}
 }
 
 // noteSettled marks the watermark for the flusher when acks advanced it, and reports whether

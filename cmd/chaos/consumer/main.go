@@ -153,7 +153,12 @@ func run(log *chaoslog.Writer, stream, table string, process bool, eff effectsCo
 			return err
 		}
 		for _, m := range pending {
-			if err := m.Ack(ctx); err != nil {
+			switch err := m.Ack(ctx); {
+			case errors.Is(err, kinesub.ErrAckedLate):
+				// The shard's reading ended first: no checkpoint moved, the record comes again.
+				_ = log.Event("acked_late", map[string]string{"shard": m.ShardID(), "seq": m.SequenceNumber()})
+				continue
+			case err != nil:
 				return err
 			}
 			log.Ack(m.ShardID(), m.SequenceNumber())
