@@ -181,10 +181,10 @@ func (w *worker) settleAll(ctx context.Context, ms []*Message) error {
 	if w.stats != nil {
 		w.stats.acked.Add(untimed) // counted at once, as the others would be one by one
 	}
-	w.out.done(int64(n))
 	var late error
 	if n > 0 {
-		late = w.lateAcks(n, !current)
+		late = w.lateAcks(n, !current) // judged before the drain may wake, as in settle
 	}
+	w.out.done(int64(n))
 	return errors.Join(late, w.settled(ctx, advanced, roomy))
 }

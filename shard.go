@@ -379,20 +379,27 @@ func (w *worker) drain(expire bool) {
 }
 
 // settle records the consumer's verdict on m.
+//
+// The delivery counts as settled (out.done) only after the watermark took it and its lateness
+// was judged: a drain woken by this settlement writes a last checkpoint that includes it, and
+// the shard is not yet released when the ack is judged, so an ack in time is never called late.
 func (w *worker) settle(ctx context.Context, m *Message, handled bool) error {
-	w.out.done(1)
 	if !handled {
+		w.out.done(1)
 		return nil
 	}
 	w.mu.Lock()
 	if m.pg.gen != w.wmGen {
 		w.mu.Unlock()
-		return w.lateAcks(1, true)
+		late := w.lateAcks(1, true)
+		w.out.done(1)
+		return late
 	}
 	advanced := w.wm.settle(m.index())
 	roomy := w.noteSettled(advanced)
 	w.mu.Unlock()
 	late := w.lateAcks(1, false)
+	w.out.done(1)
 	return errors.Join(late, w.settled(ctx, advanced, roomy))
 }
 

@@ -389,8 +389,9 @@ func (r *simRun) consume(ctx context.Context) {
 		f.check.Handled(string(m.Data()))
 		f.traceRecord(r, "handled", m)
 		// An Ack whose checkpoint write failed settled the record all the same: the watermark
-		// moved, and a later write carries it.
-		if err := m.Ack(ctx); err == nil || !errors.Is(err, ErrClosed) && !errors.Is(err, ErrAlreadySettled) {
+		// moved, and a later write carries it. One that came after the shard's reading ended
+		// (ErrAckedLate) moved nothing: its record comes again.
+		if err := m.Ack(ctx); err == nil || !errors.Is(err, ErrClosed) && !errors.Is(err, ErrAlreadySettled) && !errors.Is(err, ErrAckedLate) {
 			f.check.Acked(r.delivery(m))
 		}
 	}
