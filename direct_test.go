@@ -1,10 +1,8 @@
 package kinesub
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -17,118 +15,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
-	"github.com/aws/smithy-go/middleware"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gostream/kinesub/internal/direct"
 	"github.com/gostream/kinesub/kinesistest"
 )
-
-// TestDirectEligible: the direct GetRecords path serves a client that adds nothing to the SDK's
-// request path, and no other.
-func TestDirectEligible(t *testing.T) {
-	srv := kinesistest.NewServer()
-	t.Cleanup(srv.Close)
-	require.NotNil(t, newDirectRecords(srv.Client(), nil), "a plain client")
-	for name, o := range map[string]func(*kinesis.Options){
-		"APIOptions": func(o *kinesis.Options) {
-			o.APIOptions = append(o.APIOptions, func(*middleware.Stack) error { return nil })
-		},
-		"ClientLogMode": func(o *kinesis.Options) { o.ClientLogMode = aws.LogRequest },
-		"EndpointResolverV2": func(o *kinesis.Options) {
-			o.EndpointResolverV2 = &countingResolver{next: kinesis.NewDefaultEndpointResolverV2()}
-		},
-		"anonymous": func(o *kinesis.Options) { o.Credentials = aws.AnonymousCredentials{} },
-		"account ID required": func(o *kinesis.Options) {
-			o.AccountIDEndpointMode = aws.AccountIDEndpointModeRequired
-		},
-		"FIPS region": func(o *kinesis.Options) { o.Region = "fips-us-east-1" },
-		"interceptor": func(o *kinesis.Options) {
-			o.Interceptors.AddBeforeTransmit(beforeTransmit{})
-		},
-		"auth scheme preference": func(o *kinesis.Options) { o.AuthSchemePreference = []string{"sigv4"} },
-	} {
-		require.Nil(t, newDirectRecords(kinesis.NewFromConfig(srv.Config(), o), nil), name)
-	}
-	require.Nil(t, newDirectRecords(newFakeStream("s", 1), nil), "not an SDK client")
-}
-
-type beforeTransmit struct{}
-
-func (beforeTransmit) BeforeTransmit(context.Context, *smithyhttp.InterceptorContext) error {
-	return nil
-}
-
-// TestDirectMatchesSDK: the direct path's answers are the SDK's: the same records (aggregates,
-// large and small payloads, many keys), positions, lag and child shards, read to a split
-// shard's end; and the same errors, by type, code, message, HTTP status and how the reader
-// classifies them.
-func TestDirectMatchesSDK(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	// The server's clock moves only between puts, so that both ways of reading see one lag.
-	var mu sync.Mutex
-	now := time.Now()
-	srv := kinesistest.NewServer(kinesistest.WithClock(func() time.Time {
-		mu.Lock()
-		defer mu.Unlock()
-		return now
-	}))
-	t.Cleanup(srv.Close)
-	c := srv.Client()
-	d := newDirectRecords(c, nil)
-	require.NotNil(t, d)
-	require.NoError(t, srv.CreateStream(ctx, "direct", 1))
-	for i := range 300 {
-		mu.Lock()
-		now = now.Add(time.Millisecond)
-		mu.Unlock()
-		size := 1 + i%7*100
-		if i%50 == 0 {
-			size = 200 << 10
-		}
-		_, err := srv.Put(ctx, "direct", fmt.Sprintf("key-%d", i%37), bytes.Repeat([]byte{byte(i)}, size))
-		require.NoError(t, err)
-	}
-	_, err := srv.Put(ctx, "direct", "agg", aggregate([2]string{"a", "one"}, [2]string{"b", "two"}))
-	require.NoError(t, err)
-	shard := "shardId-000000000000"
-	_, err = c.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String("direct"), ShardToSplit: aws.String(shard), NewStartingHashKey: aws.String("170141183460469231731687303715884105728")})
-	require.NoError(t, err)
-
-	iter := func() *string {
-		out, err := c.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String("direct"), ShardId: aws.String(shard), ShardIteratorType: types.ShardIteratorTypeTrimHorizon})
-		require.NoError(t, err)
-		return out.ShardIterator
-	}
-	viaSDK, viaDirect := iter(), iter()
-	pages, records := 0, 0
-	for viaSDK != nil {
-		require.NotNil(t, viaDirect)
-		limit := []int{1, 7, 100, 10000}[pages%4]
-		want, err := c.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: viaSDK, Limit: aws.Int32(int32(limit))}, noRetry)
-		require.NoError(t, err)
-		got, useSDK, err := d.getRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: viaDirect, Limit: aws.Int32(int32(limit))}, limit)
-		require.NoError(t, err)
-		require.False(t, useSDK)
-		require.Equal(t, want.Records, got.Records, "page %d", pages)
-		require.Equal(t, aws.ToInt64(want.MillisBehindLatest), aws.ToInt64(got.MillisBehindLatest))
-		require.Equal(t, want.MillisBehindLatest == nil, got.MillisBehindLatest == nil)
-		require.Equal(t, want.ChildShards, got.ChildShards)
-		if want.NextShardIterator == nil {
-			require.Len(t, got.ChildShards, 2, "the split shard's end names its children")
-		}
-		require.Equal(t, want.NextShardIterator == nil, got.NextShardIterator == nil)
-		viaSDK, viaDirect = want.NextShardIterator, got.NextShardIterator
-		pages, records = pages+1, records+len(got.Records)
-		if len(got.Records) == 0 && got.NextShardIterator != nil && records == 301 {
-			break // at the tip of an open shard
-		}
-	}
-	require.Equal(t, 301, records)
-	require.GreaterOrEqual(t, pages, 4)
-	require.Nil(t, viaSDK, "read to the split shard's end")
-}
 
 // TestDirectErrorsMatchSDK: for every error GetRecords answers with, the direct path returns
 // what the SDK returns, and a poller goes back to the SDK for good after an error that is not
@@ -198,8 +89,8 @@ func TestDirectErrorsMatchSDK(t *testing.T) {
 			}
 			_, want := c.GetRecords(ctx, in(a), noRetry)
 			require.Error(t, want)
-			d := newDirectRecords(c, nil)
-			_, useSDK, got := d.getRecords(ctx, in(b), 10)
+			d := direct.New(c, nil)
+			_, useSDK, got := d.GetRecords(ctx, in(b), 10)
 			require.Error(t, got)
 			require.Equal(t, !tc.sdkOK, useSDK)
 			require.Equal(t, tc.kind, classify(ctx, want), "the SDK's error: %v", want)
@@ -258,7 +149,7 @@ func TestDirectGoesBackToSDK(t *testing.T) {
 			in := &kinesis.GetRecordsInput{ShardIterator: aws.String("it"), Limit: aws.Int32(10)}
 			_, want := c.GetRecords(ctx, in, noRetry)
 			require.Error(t, want)
-			p := newPoller(c, newDirectRecords(c, nil), streamRef{name: "s"}, "shardId-000000000000", time.Second, time.Millisecond, time.Millisecond)
+			p := newPoller(c, direct.New(c, nil), streamRef{name: "s"}, "shardId-000000000000", time.Second, time.Millisecond, time.Millisecond)
 			require.NotNil(t, p.direct)
 			_, got := p.getRecords(ctx, in, 10)
 			require.Error(t, got)
@@ -283,7 +174,7 @@ func TestDirectGoesBackToSDK(t *testing.T) {
 // client tests use is one the direct path serves, and it reads what the SDK reads.
 func TestDirectMatchesSDKOnServer(t *testing.T) {
 	s := newStream(t, 1)
-	d := newDirectRecords(s.c, nil)
+	d := direct.New(s.c, nil)
 	require.NotNil(t, d, "the test clients take the direct path, so every test that reads exercises it")
 	s.publish(500, 13)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -301,7 +192,7 @@ func TestDirectMatchesSDKOnServer(t *testing.T) {
 		limit := []int{3, 50, 1000}[page%3]
 		want, err := s.c.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: viaSDK, Limit: aws.Int32(int32(limit))}, noRetry)
 		require.NoError(t, err)
-		got, useSDK, err := d.getRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: viaDirect, Limit: aws.Int32(int32(limit))}, limit)
+		got, useSDK, err := d.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: viaDirect, Limit: aws.Int32(int32(limit))}, limit)
 		require.NoError(t, err)
 		require.False(t, useSDK)
 		require.Equal(t, want.Records, got.Records, "page %d", page)

@@ -3,14 +3,15 @@ package kinesub
 import (
 	"context"
 	"errors"
-	"github.com/gostream/kinesub/internal/recordsjson"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"golang.org/x/time/rate"
 
+	"github.com/gostream/kinesub/internal/direct"
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/recordsjson"
 )
 
 // quietAfter is how many empty pages in a row at the tip of its shard make a shard quiet: it is
@@ -32,20 +33,20 @@ type poller struct {
 	client  kinesisiface.Kinesis
 	stream  streamRef
 	shard   string
-	timeout time.Duration  // of each call (WithRequestTimeout)
-	idle    time.Duration  // the wait after an empty page (WithPollInterval)
-	quiet   time.Duration  // the wait after an empty page once the shard is quiet (WithIdlePollInterval)
-	direct  *directRecords // GetRecords without the SDK's middleware (direct.go); nil: through the SDK
-	empties int            // empty pages in a row at the tip of the shard
+	timeout time.Duration   // of each call (WithRequestTimeout)
+	idle    time.Duration   // the wait after an empty page (WithPollInterval)
+	quiet   time.Duration   // the wait after an empty page once the shard is quiet (WithIdlePollInterval)
+	direct  *direct.Records // GetRecords without the SDK's middleware (internal/direct); nil: through the SDK
+	empties int             // empty pages in a row at the tip of the shard
 	iter    *string
 	calls   *rate.Limiter
 	bytes   *rate.Limiter
 	paced   bool // pace has waited for the next call's turn
 }
 
-func newPoller(client kinesisiface.Kinesis, direct *directRecords, stream streamRef, shard string, timeout, idle, quiet time.Duration) *poller {
+func newPoller(client kinesisiface.Kinesis, d *direct.Records, stream streamRef, shard string, timeout, idle, quiet time.Duration) *poller {
 	return &poller{
-		client: client, direct: direct, stream: stream, shard: shard, timeout: timeout, idle: idle, quiet: max(quiet, idle),
+		client: client, direct: d, stream: stream, shard: shard, timeout: timeout, idle: idle, quiet: max(quiet, idle),
 		calls: rate.NewLimiter(getRecordsPerSecond, 1),
 		bytes: rate.NewLimiter(bytesPerSecond, bytesBurst),
 	}
@@ -55,7 +56,7 @@ func (p *poller) open(ctx context.Context, at Position) error {
 	p.iter, p.empties = nil, 0
 	cctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	out, err := p.client.GetShardIterator(cctx, at.iteratorInput(p.stream, p.shard), noRetry, cachedEndpoints)
+	out, err := p.client.GetShardIterator(cctx, at.iteratorInput(p.stream, p.shard), noRetry, direct.CachedEndpoints)
 	if err != nil {
 		return &sourceError{op: OpGetShardIterator, err: err}
 	}
@@ -128,15 +129,15 @@ func (p *poller) next(ctx context.Context, limit int) (page, error) {
 // through the SDK otherwise.
 func (p *poller) getRecords(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (*kinesis.GetRecordsOutput, error) {
 	if d := p.direct; d != nil {
-		out, useSDK, err := d.getRecords(ctx, in, limit)
+		out, useSDK, err := d.GetRecords(ctx, in, limit)
 		if useSDK {
 			p.direct = nil
 		}
-		if !errors.Is(err, errUseSDK) {
+		if !errors.Is(err, direct.ErrUseSDK) {
 			return out, err
 		}
 	}
-	return p.client.GetRecords(ctx, in, noRetry, recordsjson.UpTo(limit), cachedEndpoints)
+	return p.client.GetRecords(ctx, in, noRetry, recordsjson.UpTo(limit), direct.CachedEndpoints)
 }
 
 func (p *poller) close() {}

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/gostream/kinesub/internal/direct"
 	"github.com/gostream/kinesub/internal/kinesisiface"
 )
 
@@ -26,8 +27,8 @@ const (
 type Subscriber struct {
 	cfg     config
 	client  kinesisiface.Kinesis
-	direct  *directRecords // GetRecords without the SDK's middleware; nil: not for this client
-	stream  string         // the stream's name, also when Subscribe was given its ARN
+	direct  *direct.Records // GetRecords without the SDK's middleware; nil: not for this client
+	stream  string          // the stream's name, also when Subscribe was given its ARN
 	ref     streamRef
 	log     *slog.Logger
 	metrics *metrics // OpenTelemetry instruments (metrics.go)
@@ -116,7 +117,11 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err != nil {
 		return nil, err
 	}
-	direct := newDirectRecords(client, m.req)
+	var record direct.Recorder
+	if m.req != nil {
+		record = m.req.record
+	}
+	directPath := direct.New(client, record)
 	client = meteredKinesis{k: client, r: m.req}
 	metered := meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
 	cfg.store = metered.narrowed()
@@ -125,7 +130,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		metrics:      m,
 		cfg:          cfg,
 		client:       client,
-		direct:       direct,
+		direct:       directPath,
 		stream:       ref.name,
 		ref:          ref,
 		log:          cfg.logger.With(logStream, ref.name),

@@ -1,4 +1,7 @@
-package kinesub
+// Package direct sends GetRecords requests without the SDK's middleware, and resolves
+// Kinesis endpoints once per set of parameters for the SDK's own calls. It imports nothing of
+// the kinesub package: the poller calls it and counts its calls through a Recorder.
+package direct
 
 import (
 	"bytes"
@@ -7,7 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"github.com/gostream/kinesub/internal/recordsjson"
 	"net/http"
 	"reflect"
 	"strings"
@@ -23,60 +25,65 @@ import (
 	smithymetrics "github.com/aws/smithy-go/metrics"
 	"github.com/aws/smithy-go/tracing"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/gostream/kinesub/internal/recordsjson"
 )
 
 // A GetRecords call through the SDK builds the operation's middleware stack anew (about 380
 // allocations), resolves its endpoint and auth scheme, signs, and decodes through the
-// protocol's schema: on an idle shard, that is most of a poll's CPU. directRecords sends the
+// protocol's schema: on an idle shard, that is most of a poll's CPU. Records sends the
 // same request itself, over the client's own HTTP client, credentials, signer and endpoint
 // resolver, and decodes the answer with recordsjson.Decode.
 //
 // It is used only for a client that adds nothing to the SDK's request path: no APIOptions, no
 // interceptors, no client log mode, no tracer or meter provider, the default protocol, auth
-// schemes and endpoint resolver (newDirectRecords). Any other client is called through the SDK,
+// schemes and endpoint resolver (New). Any other client is called through the SDK,
 // so adding an APIOptions entry to the client is the way to keep every call on the SDK's path.
 // A poller also goes back to the SDK for good when the direct path meets what it does not
 // handle as the SDK does: an answer it cannot decode, or an error that is not one of
 // GetRecords' own (an expired signature, whose clock offset the SDK corrects, for example).
 // A test holds its answers and errors to the SDK's.
 
-// directRecords sends GetRecords requests without the SDK's middleware.
-type directRecords struct {
+// Recorder counts one call: its operation, when it started and how it ended.
+type Recorder func(ctx context.Context, op string, start time.Time, err error)
+
+// Records sends GetRecords requests without the SDK's middleware.
+type Records struct {
 	http   kinesis.HTTPClient
 	creds  aws.CredentialsProvider
 	signer kinesis.HTTPSignerV4
 	opts   kinesis.Options // for the endpoint parameters
 	agent  string
-	r      *requestMetrics // nil: not counted
+	record Recorder // nil: not counted
 }
 
 // directTarget is the X-Amz-Target of GetRecords.
 const directTarget = "Kinesis_20131202.GetRecords"
 
-// errUseSDK: the direct path cannot make this call; the caller makes it through the SDK.
-var errUseSDK = errors.New("kinesub: GetRecords goes through the SDK")
+// ErrUseSDK: the direct path cannot make this call; the caller makes it through the SDK.
+var ErrUseSDK = errors.New("kinesub: GetRecords goes through the SDK")
 
-// newDirectRecords returns the direct path for client, or nil when client must be called
-// through the SDK.
-func newDirectRecords(client any, r *requestMetrics) *directRecords {
+// New returns the direct path for client, or nil when client must be called through the SDK.
+// record, when not nil, counts each call sent.
+func New(client any, record Recorder) *Records {
 	c, ok := client.(*kinesis.Client)
 	if !ok || c == nil {
 		return nil
 	}
 	o := c.Options()
-	if !directEligible(o) {
+	if !Eligible(o) {
 		return nil
 	}
 	agent := "aws-sdk-go-v2/" + aws.SDKVersion + " kinesub"
 	if o.AppID != "" {
 		agent += " app/" + o.AppID
 	}
-	return &directRecords{http: o.HTTPClient, creds: o.Credentials, signer: o.HTTPSignerV4, opts: o, agent: agent, r: r}
+	return &Records{http: o.HTTPClient, creds: o.Credentials, signer: o.HTTPSignerV4, opts: o, agent: agent, record: record}
 }
 
-// directEligible reports whether a client's options add nothing to the SDK's request path of
+// Eligible reports whether a client's options add nothing to the SDK's request path of
 // GetRecords, so that the direct path sends what the SDK would.
-func directEligible(o kinesis.Options) bool {
+func Eligible(o kinesis.Options) bool {
 	none := kinesis.NewFromConfig(aws.Config{}).Options() // the defaults, to compare types with
 	same := func(a, b any) bool { return a != nil && reflect.TypeOf(a) == reflect.TypeOf(b) }
 	switch {
@@ -125,34 +132,34 @@ type directRequest struct {
 	StreamARN     *string `json:",omitempty"`
 }
 
-// getRecords makes one GetRecords call, counted in the request metrics as the SDK's calls are.
-// errUseSDK (nothing was sent) and the errors it wraps with useSDK set ask the caller to make
+// GetRecords makes one GetRecords call, counted by the Recorder as the SDK's calls are.
+// ErrUseSDK (nothing was sent) and the errors it wraps with useSDK set ask the caller to make
 // this and every later call through the SDK.
-func (d *directRecords) getRecords(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (out *kinesis.GetRecordsOutput, useSDK bool, err error) {
+func (d *Records) GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (out *kinesis.GetRecordsOutput, useSDK bool, err error) {
 	start := time.Now()
 	out, useSDK, err = d.call(ctx, in, limit)
-	if d.r != nil && !errors.Is(err, errUseSDK) {
-		d.r.record(ctx, "GetRecords", start, err)
+	if d.record != nil && !errors.Is(err, ErrUseSDK) {
+		d.record(ctx, "GetRecords", start, err)
 	}
 	return out, useSDK, err
 }
 
-func (d *directRecords) call(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (*kinesis.GetRecordsOutput, bool, error) {
+func (d *Records) call(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (*kinesis.GetRecordsOutput, bool, error) {
 	creds, err := d.creds.Retrieve(ctx)
 	if err != nil {
-		return nil, true, errUseSDK // the SDK reports a credentials failure its own way
+		return nil, true, ErrUseSDK // the SDK reports a credentials failure its own way
 	}
 	endpoint, name, region, ok := d.endpoint(ctx, in, creds)
 	if !ok {
-		return nil, true, errUseSDK
+		return nil, true, ErrUseSDK
 	}
 	body, err := json.Marshal(directRequest{Limit: in.Limit, ShardIterator: in.ShardIterator, StreamARN: in.StreamARN})
 	if err != nil {
-		return nil, true, errUseSDK
+		return nil, true, ErrUseSDK
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint.URI.String(), bytes.NewReader(body))
 	if err != nil {
-		return nil, true, errUseSDK
+		return nil, true, ErrUseSDK
 	}
 	if req.URL.Path == "" {
 		req.URL.Path = "/"
@@ -165,7 +172,7 @@ func (d *directRecords) call(ctx context.Context, in *kinesis.GetRecordsInput, l
 	req.Header.Set("User-Agent", d.agent)
 	sum := sha256.Sum256(body)
 	if err := d.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), name, region, time.Now()); err != nil {
-		return nil, true, errUseSDK
+		return nil, true, ErrUseSDK
 	}
 	resp, err := d.http.Do(req)
 	if err != nil {
@@ -199,7 +206,7 @@ func (d *directRecords) call(ctx context.Context, in *kinesis.GetRecordsInput, l
 
 // endpoint resolves the call's endpoint as the SDK does (bindEndpointParams), with its SigV4
 // signing name and region; ok is false for an endpoint whose auth scheme is not SigV4.
-func (d *directRecords) endpoint(ctx context.Context, in *kinesis.GetRecordsInput, creds aws.Credentials) (e smithyendpoints.Endpoint, name, region string, ok bool) {
+func (d *Records) endpoint(ctx context.Context, in *kinesis.GetRecordsInput, creds aws.Credentials) (e smithyendpoints.Endpoint, name, region string, ok bool) {
 	o := &d.opts
 	p := kinesis.EndpointParameters{
 		UseDualStack:          aws.Bool(o.EndpointOptions.UseDualStackEndpoint == aws.DualStackEndpointStateEnabled),

@@ -1,4 +1,4 @@
-package kinesub
+package direct
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 // table, the stream ARN's account and region) on every call: about a sixth of the CPU of an
 // empty GetRecords call, asked again by each reader at every poll with the same parameters.
 // The default resolver is a pure function of those parameters, so a reader's calls reuse what
-// it answered (cachedEndpoints). A resolver of the application's own (kinesis.Options'
+// it answered (CachedEndpoints). A resolver of the application's own (kinesis.Options'
 // EndpointResolverV2 set to anything else) is called every time: it need not be pure.
 
 // defaultResolverType is the type of the SDK's default endpoint resolver.
@@ -87,9 +87,9 @@ func (c *endpointCache) ResolveEndpoint(ctx context.Context, p kinesis.EndpointP
 	return e, nil
 }
 
-// cachedEndpoints is a per-call option: it swaps the SDK's default endpoint resolver for the
+// CachedEndpoints is a per-call option: it swaps the SDK's default endpoint resolver for the
 // shared cache, and leaves any other resolver alone.
-func cachedEndpoints(o *kinesis.Options) {
+func CachedEndpoints(o *kinesis.Options) {
 	if o.EndpointResolverV2 != nil && reflect.TypeOf(o.EndpointResolverV2) == defaultResolverType {
 		o.EndpointResolverV2 = sharedEndpoints
 	}

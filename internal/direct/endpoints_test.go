@@ -1,4 +1,4 @@
-package kinesub
+package direct
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 	"github.com/stretchr/testify/require"
 
@@ -73,29 +74,28 @@ func (r *countingResolver) ResolveEndpoint(ctx context.Context, p kinesis.Endpoi
 	return r.next.ResolveEndpoint(ctx, p)
 }
 
-// TestPollerEndpoints: a poller's calls through a real client resolve their endpoint from the
-// cache when the client has the SDK's default resolver, and through the application's own
-// resolver, every call, when it has one.
-func TestPollerEndpoints(t *testing.T) {
+// TestCachedEndpoints: calls made with CachedEndpoints resolve their endpoint from the cache
+// when the client has the SDK's default resolver, and through the application's own resolver,
+// every call, when it has one.
+func TestCachedEndpoints(t *testing.T) {
 	srv := kinesistest.NewServer()
 	t.Cleanup(srv.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, srv.CreateStream(ctx, "endpoints", 1))
-	poll := func(c *kinesis.Client) {
-		p := newPoller(c, newDirectRecords(c, nil), streamRef{name: "endpoints"}, "shardId-000000000000", 10*time.Second, time.Millisecond, time.Millisecond)
-		require.NoError(t, p.open(ctx, Horizon()))
+	call := func(c *kinesis.Client) {
 		for range 3 {
-			_, err := p.next(ctx, 10)
+			_, err := c.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String("endpoints"),
+				ShardId: aws.String("shardId-000000000000"), ShardIteratorType: types.ShardIteratorTypeTrimHorizon}, noRetry, CachedEndpoints)
 			require.NoError(t, err)
 		}
 	}
 
 	own := &countingResolver{next: kinesis.NewDefaultEndpointResolverV2()}
-	poll(kinesis.NewFromConfig(srv.Config(), func(o *kinesis.Options) { o.EndpointResolverV2 = own }))
-	require.EqualValues(t, 4, own.calls.Load(), "an application's resolver is asked at every call")
+	call(kinesis.NewFromConfig(srv.Config(), func(o *kinesis.Options) { o.EndpointResolverV2 = own }))
+	require.EqualValues(t, 3, own.calls.Load(), "an application's resolver is asked at every call")
 
-	poll(srv.Client())
+	call(srv.Client())
 	sharedEndpoints.mu.RLock()
 	defer sharedEndpoints.mu.RUnlock()
 	found := false
