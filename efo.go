@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
+	"github.com/gostream/kinesub/internal/efoevents"
 	"github.com/gostream/kinesub/internal/kinesisiface"
 )
 
@@ -228,7 +229,7 @@ func (f *fanOut) subscribe(ctx context.Context) error {
 	out, err := client.SubscribeToShard(sctx, &kinesis.SubscribeToShardInput{
 		ConsumerARN: aws.String(f.consumerARN), ShardId: aws.String(f.shard),
 		StartingPosition: &types.StartingPosition{Type: in.ShardIteratorType, SequenceNumber: in.StartingSequenceNumber, Timestamp: in.Timestamp},
-	}, noRetry, fanOutEvents(fast, sctx.Done()))
+	}, noRetry, efoevents.Options(fast, sctx.Done()))
 	// The service counted the call somewhere between its sending and its answer: the next one,
 	// a second after the answer, is a second after it there too, however long the trip.
 	f.lastCall = time.Now()

@@ -1,10 +1,12 @@
-package kinesub
+// Package efoevents reads the events of a SubscribeToShard call on the SDK's own reader
+// goroutine and hands each record event straight to the shard's reader, leaving every other
+// message to the SDK. It imports nothing of the kinesub package.
+package efoevents
 
 import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"github.com/gostream/kinesub/internal/recordsjson"
 	"hash/crc32"
 	"io"
 
@@ -12,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/gostream/kinesub/internal/recordsjson"
 )
 
 // An enhanced fan-out subscription delivers each record in an event of its own while records
@@ -64,9 +68,9 @@ const (
 	eventOverhead = eventPrelude + 4
 )
 
-// fanOutEvents returns the SubscribeToShard call option that installs an eventsProtocol
+// Options returns the SubscribeToShard call option that installs an eventsProtocol
 // handing events to events until done is closed.
-func fanOutEvents(events chan<- *types.SubscribeToShardEvent, done <-chan struct{}) func(*kinesis.Options) {
+func Options(events chan<- *types.SubscribeToShardEvent, done <-chan struct{}) func(*kinesis.Options) {
 	return func(o *kinesis.Options) {
 		if o.Protocol == nil || o.Protocol.ID() != recordsjson.AWSJSON11 {
 			return

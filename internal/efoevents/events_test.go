@@ -1,4 +1,4 @@
-package kinesub
+package efoevents
 
 import (
 	"bufio"
@@ -6,12 +6,12 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/gostream/kinesub/internal/recordsjson/recordsjsontest"
 	"hash/crc32"
 	"io"
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gostream/kinesub/internal/recordsjson/recordsjsontest"
 	"github.com/gostream/kinesub/kinesistest"
 )
 
@@ -105,7 +106,7 @@ func readBoth(t testing.TB, msgs ...[]byte) (sdk, ours streamed) {
 
 	fast, stop := make(chan *types.SubscribeToShardEvent), make(chan struct{})
 	defer close(stop)
-	out, err = streamClient(t, msgs...).SubscribeToShard(context.Background(), in, fanOutEvents(fast, stop))
+	out, err = streamClient(t, msgs...).SubscribeToShard(context.Background(), in, Options(fast, stop))
 	require.NoError(t, err)
 	defer out.GetStream().Close()
 	timeout := time.After(10 * time.Second) // a failure bound only: the stream is in memory
@@ -248,17 +249,25 @@ func TestEventsLarge(t *testing.T) {
 // the events of a subscription come through kinesub's decoding, records and continuations
 // intact, and ending the subscription ends the SDK's reader.
 func TestEventsOverHTTP2(t *testing.T) {
-	s, srv := newFanOutStream(t, 1, kinesistest.WithStatusDelay(0))
-	reg, err := s.c.RegisterStreamConsumer(context.Background(), &kinesis.RegisterStreamConsumerInput{
-		StreamARN: aws.String(streamARN(t, s)), ConsumerName: aws.String("events")})
-	require.NoError(t, err)
-	s.publish(20, 2)
-	fast, stop := make(chan *types.SubscribeToShardEvent), make(chan struct{})
+	srv := kinesistest.NewServer(kinesistest.WithIdleEventInterval(50*time.Millisecond), kinesistest.WithStatusDelay(0))
+	t.Cleanup(srv.Close)
+	c := srv.Client()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out, err := s.c.SubscribeToShard(ctx, &kinesis.SubscribeToShardInput{ConsumerARN: reg.Consumer.ConsumerARN,
-		ShardId: aws.String(s.shardIDs()[0]), StartingPosition: &types.StartingPosition{Type: types.ShardIteratorTypeTrimHorizon}},
-		fanOutEvents(fast, stop))
+	require.NoError(t, srv.CreateStream(ctx, "events", 1))
+	sum, err := c.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String("events")})
+	require.NoError(t, err)
+	reg, err := c.RegisterStreamConsumer(ctx, &kinesis.RegisterStreamConsumerInput{
+		StreamARN: sum.StreamDescriptionSummary.StreamARN, ConsumerName: aws.String("events")})
+	require.NoError(t, err)
+	for i := range 20 {
+		_, err := srv.Put(ctx, "events", fmt.Sprintf("key-%d", i%2), fmt.Appendf(nil, "record-%d", i))
+		require.NoError(t, err)
+	}
+	fast, stop := make(chan *types.SubscribeToShardEvent), make(chan struct{})
+	out, err := c.SubscribeToShard(ctx, &kinesis.SubscribeToShardInput{ConsumerARN: reg.Consumer.ConsumerARN,
+		ShardId: aws.String("shardId-000000000000"), StartingPosition: &types.StartingPosition{Type: types.ShardIteratorTypeTrimHorizon}},
+		Options(fast, stop))
 	require.NoError(t, err)
 	var got []string
 	last := ""
@@ -283,9 +292,23 @@ func TestEventsOverHTTP2(t *testing.T) {
 	close(stop)
 	cancel()
 	_ = out.GetStream().Close()
-	eventually(t, 10*time.Second, "the subscription and its reader ended", func() bool {
-		return srv.Subscriptions() == 0 && eventStreamReaders() == 0
-	})
+	deadline := time.Now().Add(10 * time.Second) // a failure bound only
+	for srv.Subscriptions() != 0 || eventStreamReaders() != 0 {
+		require.True(t, time.Now().Before(deadline), "the subscription and its reader ended: %d subscriptions, %d readers", srv.Subscriptions(), eventStreamReaders())
+		time.Sleep(5 * time.Millisecond) // polls the condition
+	}
+}
+
+// eventStreamReaders counts the SDK's event-stream reader goroutines.
+func eventStreamReaders() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return strings.Count(string(buf[:n]), "(*EventStreamReader).readEventStream(")
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }
 
 // TestEventsFastPathTaken: kinesub decodes ordinary events itself, and the SDK's channel stays
@@ -468,7 +491,7 @@ func BenchmarkDecodeEvent(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			fast, stop := make(chan *types.SubscribeToShardEvent), make(chan struct{})
-			out, err := client.SubscribeToShard(context.Background(), in, fanOutEvents(fast, stop))
+			out, err := client.SubscribeToShard(context.Background(), in, Options(fast, stop))
 			require.NoError(b, err)
 			got := 0
 		read:
