@@ -82,7 +82,16 @@ func (t *shardTable) startInput(id string, cp lease.Checkpoint, initial Position
 		return in.later, false
 	}
 	for _, p := range t.listing[id].parents {
-		if t.finished[p] && !t.fromStart[p] {
+		if !t.finished[p] {
+			continue
+		}
+		// The parent's worker is forgotten only after its SHARD_END was written, which a
+		// listing may show first: until then its own flag says how it was read.
+		from := t.fromStart[p]
+		if w := t.workers[p]; w != nil {
+			from = w.fromStart.Load()
+		}
+		if !from {
 			return Horizon(), false
 		}
 	}
