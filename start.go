@@ -76,7 +76,7 @@ func (t *shardTable) startInput(id string, cp lease.Checkpoint, initial Position
 			return AtTimestamp(time.UnixMilli(ms)), false
 		}
 	case seq != "":
-		return Position{kind: posAfter, sequence: seq, sub: int(max(cp.SubSequence, 0))}, false
+		return Position{kind: posAfter, shard: id, sequence: seq, sub: int(max(cp.SubSequence, 0))}, false
 	}
 	if in := t.installed; in != nil {
 		return in.later, false
