@@ -5,6 +5,10 @@
 // keeps them in memory for one process, or in a DynamoDB table for several), reads every shard
 // it holds, and delivers the records on one channel:
 //
+//	// Ctrl-C (SIGINT) or an orchestrator's SIGTERM ends ctx, and with it the subscription:
+//	// checkpoints written, leases released, Messages closed.
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
 //	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), "orders",
 //		kinesub.WithLeaseStore(lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), "orders-leases")))
 //	if err != nil { … }
