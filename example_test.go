@@ -68,7 +68,7 @@ func ExampleParsePosition() {
 	// horizon
 	// timestamp:2026-12-02T10:00:00Z
 	// sequence:shardId-000000000001:49590338271490256608559692538361571095921575989136588898
-	// error: kinesub: invalid position "yesterday": want horizon, latest, timestamp:<RFC 3339 time> or sequence:<shard id>:<sequence number>
+	// error: kinesub: invalid position "yesterday": want horizon, latest, timestamp:<RFC 3339 time>, sequence:<shard id>:<sequence number> or after:<shard id>:<sequence number>
 	// timestamp:2026-12-02T10:00:00Z
 }
 
