@@ -265,8 +265,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // ended at its Ack or Nack and linked to the producer's span; and a span per handler call of
 // Process, ended when the handler returns, a child of the producer's span, and carried by the
 // handler's ctx. The producer's span context is read from the record's headers (W3C trace
-// context, as a Publisher with WithPublishTracerProvider writes it). The default is no tracing,
-// at no cost: the global provider is not used. nil is rejected.
+// context, as a Publisher with WithPublishTracerProvider writes it). The subscriber changes no
+// record: it is the Publisher's tracing that wraps every record in the header envelope, which
+// a KCL application still reading the stream sees in its data (docs/migrating.md, "Running the
+// KCL and kinesub side by side"). The default is no tracing, at no cost: the global provider is
+// not used. nil is rejected.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) {
 		if isNilProvider(tp) {
