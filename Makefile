@@ -33,7 +33,7 @@ endef
 # the library in this tree. test runs every package against kinesalite, then the root package's
 # integration tests again against kinesistest, the in-process server (KINESUB_KINESIS_BACKEND,
 # internal/testenv). The examples' module has its tests too: each example, built and run against
-# the servers, exits 0 on SIGINT with its leases released. apicheck holds the exported API to
+# the servers, exits 0 on SIGINT and on SIGTERM with its leases released. apicheck holds the exported API to
 # the last release's (api/).
 #
 # TestSimulation (sim_test.go) runs the fleet simulation: its default 16 seeds under the race

@@ -5,6 +5,10 @@
 // keeps them in memory for one process, or in a DynamoDB table for several), reads every shard
 // it holds, and delivers the records on one channel:
 //
+//	// Ctrl-C (SIGINT) or an orchestrator's SIGTERM ends ctx, and with it the subscription:
+//	// checkpoints written, leases released, Messages closed.
+//	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+//	defer stop()
 //	sub, err := kinesub.Subscribe(ctx, kinesis.NewFromConfig(cfg), "orders",
 //		kinesub.WithLeaseStore(lease.NewDynamoDB(dynamodb.NewFromConfig(cfg), "orders-leases")))
 //	if err != nil { … }
@@ -148,7 +152,11 @@
 //
 // By default each shard resumes after its checkpoint, and a shard never read before opens at
 // the tip as of the Subscribe call: every record published after Subscribe was called is read,
-// however late a shard's reader opens (WithInitialPosition chooses another place). The first
+// however late a shard's reader opens (WithInitialPosition chooses another place). That
+// position applies to the children of a split or merge whose parents closed before the
+// application started, as to every other shard it starts; a child of a parent this application
+// read from a checkpoint (or another of its instances read to SHARD_END) opens at its oldest
+// record, so nothing after a reshard is skipped. The first
 // reader of a shard records where it opened, so a shard handed over before its first
 // checkpoint is not reopened at a later tip. WithStartAt opens every shard at a stream-wide Position instead (Horizon, Latest,
 // AtTimestamp), ahead of stored checkpoints. A running subscription is repositioned with

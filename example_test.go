@@ -2,8 +2,12 @@ package kinesub_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -15,9 +19,11 @@ import (
 )
 
 // A service consumes a stream with its leases in DynamoDB, so that several instances share
-// the shards, and acknowledges each record once handled.
+// the shards, and acknowledges each record once handled. Ctrl-C (SIGINT) or an orchestrator's
+// SIGTERM ends it cleanly: checkpoints written, leases released, Messages closed.
 func ExampleSubscribe() {
-	ctx := context.Background()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
 		log.Fatal(err)
@@ -42,7 +48,7 @@ func ExampleSubscribe() {
 			log.Print(err)
 		}
 	}
-	if err := sub.Err(); err != nil {
+	if err := sub.Err(); err != nil && !(errors.Is(err, kinesub.ErrSubscriptionEnded) && ctx.Err() != nil) {
 		log.Fatal(err)
 	}
 }
@@ -62,7 +68,7 @@ func ExampleParsePosition() {
 	// horizon
 	// timestamp:2026-12-02T10:00:00Z
 	// sequence:shardId-000000000001:49590338271490256608559692538361571095921575989136588898
-	// error: kinesub: invalid position "yesterday": want horizon, latest, timestamp:<RFC 3339 time> or sequence:<shard id>:<sequence number>
+	// error: kinesub: invalid position "yesterday": want horizon, latest, timestamp:<RFC 3339 time>, sequence:<shard id>:<sequence number> or after:<shard id>:<sequence number>
 	// timestamp:2026-12-02T10:00:00Z
 }
 

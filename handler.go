@@ -71,7 +71,7 @@ func SeekHandler(seeker *Seeker) http.Handler {
 			text = q[0]
 		}
 		if text == "" {
-			http.Error(w, "kinesub: no position: POST horizon, latest, timestamp:<RFC 3339 time> or sequence:<shard id>:<sequence number>", http.StatusBadRequest)
+			http.Error(w, "kinesub: no position: POST horizon, latest, timestamp:<RFC 3339 time>, sequence:<shard id>:<sequence number> or after:<shard id>:<sequence number>", http.StatusBadRequest)
 			return
 		}
 		p, err := ParsePosition(text)

@@ -5,6 +5,7 @@ import (
 	"math/big"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,6 +139,72 @@ func TestImportKCL(t *testing.T) {
 	sub2 := subscribeT(t, plain, testOpts(store)...)
 	require.Equal(t, []string{"q1"}, payloads(recv(t, sub2, 1, true)), "resumed after the plain record")
 	none(t, sub2)
+
+	// Imported again once kinesub has read on: its checkpoint is ahead, and kept.
+	require.NoError(t, sub.Close(ctx))
+	read, err := store.Read(ctx, lease.ShardLeaseKey(s.name, shard))
+	require.NoError(t, err)
+	rep, err = imp.KCL(ctx, ddb, kcl, s.name, store)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1}, []int{rep.Imported, rep.Kept})
+	require.Equal(t, []any{"keep", read.Checkpoint}, []any{rep.Shards[0].Action, rep.Shards[0].Current})
+	again, err := store.Read(ctx, lease.ShardLeaseKey(s.name, shard))
+	require.NoError(t, err)
+	require.Equal(t, read.Checkpoint, again.Checkpoint, "kinesub's checkpoint is not moved back")
+	sub3 := subscribeT(t, s, testOpts(store)...)
+	s.put("k", []byte("p3"))
+	require.Equal(t, []string{"p3"}, payloads(recv(t, sub3, 1, true)), "nothing delivered again")
+}
+
+// TestImportRefusesAtOnce: a stream the source table holds no rows of, a stream that does not
+// exist and a destination table that does not exist are refused before the watch, with what
+// the table holds; the watch says what it waits for.
+func TestImportRefusesAtOnce(t *testing.T) {
+	ddb := testenv.DynamoDB(t)
+	s := newStream(t, 1)
+	shard := s.shardIDs()[0]
+	multi := sourceTable(t, ddb, "leaseKey", "")
+	putItem(t, ddb, multi, map[string]string{"leaseKey": "123456789012:" + s.name + ":1700000000:" + shard, "checkpoint": "TRIM_HORIZON", "leaseCounter": "1"})
+	store := kinesubTable(t, ddb)
+	// A watch of an hour: any refusal after it would fail the test's deadline instead.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	slow := lease.NewImporter(lease.WithWatch(time.Hour), lease.WithStreamCheck(s.c))
+
+	_, err := lease.NewImporter(lease.WithWatch(time.Hour)).KCL(ctx, ddb, multi, s.name+"-typo", store)
+	require.ErrorIs(t, err, lease.ErrImportRefused)
+	require.ErrorContains(t, err, "holds no rows of stream "+s.name+"-typo; it holds the rows of streams "+s.name)
+
+	single := testenv.Name(t) + "-single"
+	testenv.CreateTable(t, ddb, single, "leaseKey", "")
+	putItem(t, ddb, single, map[string]string{"leaseKey": shard, "checkpoint": "TRIM_HORIZON", "leaseCounter": "1"})
+	_, err = slow.KCL(ctx, ddb, single, s.name+"-typo", store)
+	require.ErrorIs(t, err, lease.ErrImportRefused)
+	require.ErrorContains(t, err, "stream "+s.name+"-typo does not exist")
+
+	_, err = slow.KCL(ctx, ddb, single, s.name, lease.NewDynamoDB(ddb, testenv.Name(t)+"-missing"))
+	require.ErrorContains(t, err, "the destination store cannot be read")
+	require.NoError(t, ctx.Err())
+
+	harlow := sourceTable(t, ddb, "namespace", "shard_id")
+	putItem(t, ddb, harlow, map[string]string{"namespace": "app-" + s.name, "shard_id": shard, "sequence_number": "1"})
+	_, err = lease.NewImporter().Harlow(ctx, ddb, harlow, "app", s.name+"-typo", store)
+	require.ErrorIs(t, err, lease.ErrImportRefused)
+	require.ErrorContains(t, err, "app-"+s.name)
+	crate := testenv.Name(t) + "-crate"
+	testenv.CreateTable(t, ddb, crate, "lease_key", "")
+	putItem(t, ddb, crate, map[string]string{"lease_key": s.name + ":" + shard, "checkpoint": "1"})
+	_, err = lease.NewImporter().Crate(ctx, ddb, crate, s.name+"-typo", false, store)
+	require.ErrorIs(t, err, lease.ErrImportRefused)
+	require.ErrorContains(t, err, "it holds the rows of streams "+s.name)
+	all, err := store.List(ctx)
+	require.NoError(t, err)
+	require.Empty(t, all, "nothing written")
+
+	var progress strings.Builder
+	_, err = lease.NewImporter(lease.WithWatch(time.Millisecond), lease.WithProgress(&progress)).KCL(ctx, ddb, single, s.name, store)
+	require.NoError(t, err)
+	require.Contains(t, progress.String(), "watching the lease counters of KCL table "+single+" for 1ms")
 }
 
 // TestImportKCLSentinels: SHARD_END on a split parent and TRIM_HORIZON on a child carry over:

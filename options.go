@@ -265,8 +265,11 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // ended at its Ack or Nack and linked to the producer's span; and a span per handler call of
 // Process, ended when the handler returns, a child of the producer's span, and carried by the
 // handler's ctx. The producer's span context is read from the record's headers (W3C trace
-// context, as a Publisher with WithPublishTracerProvider writes it). The default is no tracing,
-// at no cost: the global provider is not used. nil is rejected.
+// context, as a Publisher with WithPublishTracerProvider writes it). The subscriber changes no
+// record: it is the Publisher's tracing that wraps every record in the header envelope, which
+// a KCL application still reading the stream sees in its data (docs/migrating.md, "Running the
+// KCL and kinesub side by side"). The default is no tracing, at no cost: the global provider is
+// not used. nil is rejected.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) {
 		if isNilProvider(tp) {
@@ -355,9 +358,17 @@ func WithStartAt(p Position) Option {
 // Subscribe was called is read, however late the shard's reader opens (it opens at the
 // records that arrived from then on, reaching 5 s further back for the offset between this
 // host's clock and the service's: a few older records may come too). Horizon() makes a new
-// application read everything retained. Shards with a checkpoint resume after it, and children
-// of a shard read to its end here always open at their oldest record. The first reader of a
-// shard records where it opened, so a later owner opens there too. p must be stream-wide.
+// application read everything retained. Shards with a checkpoint resume after it. p applies to
+// every shard the application starts, the children of a split or merge included: parents
+// without a lease row are read from p (a parent closed before p has nothing there), and a
+// child whose parents this subscriber so read to their end opens at p too, so a new
+// application on a stream split last week does not replay the children's week. A child of a
+// parent read from a checkpoint, or whose lease row showed SHARD_END when this subscriber came
+// to it (written by another instance, or an earlier process), opens at its oldest record, so
+// that nothing after the reshard is skipped; in a fleet started together, a child taken by
+// another instance than the one that read its parents therefore opens there too. The first
+// reader of a shard records where it opened, so a later owner opens there too. p must be
+// stream-wide.
 func WithInitialPosition(p Position) Option {
 	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
 }

@@ -88,7 +88,10 @@ func (p Position) streamWide() bool {
 // String renders p as ParsePosition reads it: "horizon", "latest",
 // "timestamp:2026-12-02T10:00:00Z" (RFC 3339, UTC), "sequence:<shard>:<sequence number>", or,
 // for a user record of a KPL aggregate past its first, "sequence:<shard>:<sequence
-// number>:<sub-sequence number>".
+// number>:<sub-sequence number>". Where a shard resumes after its checkpoint (as logged when a
+// lease is taken, and as the import command prints) is "after:<shard>:<sequence number>", the
+// record after that one, or "after:<shard>:<sequence number>:<n>", after the first n user
+// records of that aggregate; 0 or none means the whole record was handled.
 func (p Position) String() string {
 	switch p.kind {
 	case posHorizon:
@@ -103,10 +106,14 @@ func (p Position) String() string {
 		}
 		return "sequence:" + p.shard + ":" + p.sequence
 	case posAfter:
-		if p.sub > 0 {
-			return "after:" + p.sequence + ":" + strconv.Itoa(p.sub)
+		s := "after:" + p.sequence
+		if p.shard != "" {
+			s = "after:" + p.shard + ":" + p.sequence
 		}
-		return "after:" + p.sequence
+		if p.sub > 0 {
+			s += ":" + strconv.Itoa(p.sub)
+		}
+		return s
 	}
 	return "invalid"
 }
@@ -134,9 +141,13 @@ func ParsePosition(s string) (Position, error) {
 			return bad("timestamp must be between 1678 and 2262")
 		}
 		return AtTimestamp(t), nil
-	case strings.HasPrefix(s0, "sequence:"):
-		parts := strings.Split(s0[len("sequence:"):], ":")
+	case strings.HasPrefix(s0, "sequence:"), strings.HasPrefix(s0, "after:"):
+		kind, rest, _ := strings.Cut(s0, ":")
+		parts := strings.Split(rest, ":")
 		if len(parts) < 2 || len(parts) > 3 || parts[0] == "" || parts[1] == "" {
+			if kind == "after" {
+				return bad("want after:<shard id>:<sequence number>[:<user records handled>]")
+			}
 			return bad("want sequence:<shard id>:<sequence number>[:<sub-sequence number>]")
 		}
 		shard, seq := parts[0], parts[1]
@@ -154,9 +165,15 @@ func ParsePosition(s string) (Position, error) {
 		if len(seq) > 128 || strings.Trim(seq, "0123456789") != "" {
 			return bad("sequence number must be 1 to 128 decimal digits")
 		}
+		if kind == "after" {
+			if strings.Trim(shard, "0123456789") == "" {
+				return bad("want after:<shard id>:<sequence number>[:<user records handled>], the shard first")
+			}
+			return Position{kind: posAfter, shard: shard, sequence: seq, sub: sub}, nil
+		}
 		return AtSubSequence(shard, seq, sub), nil
 	}
-	return bad("want horizon, latest, timestamp:<RFC 3339 time> or sequence:<shard id>:<sequence number>")
+	return bad("want horizon, latest, timestamp:<RFC 3339 time>, sequence:<shard id>:<sequence number> or after:<shard id>:<sequence number>")
 }
 
 // iteratorInput builds the GetShardIterator request that opens shard at p.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/lease"
 )
 
 func TestParsePosition(t *testing.T) {
@@ -31,6 +33,10 @@ func TestParsePosition(t *testing.T) {
 		{in: "sequence:a_b.c-d:0", want: AtSequence("a_b.c-d", "0")},
 		{in: "  horizon\n", want: Horizon(), string: "horizon"},
 		{in: "\tsequence:s:1 ", want: AtSequence("s", "1"), string: "sequence:s:1"},
+		// Where a shard resumes after a checkpoint, as logged and as the import command prints it.
+		{in: "after:shardId-000000000001:4960", want: Position{kind: posAfter, shard: "shardId-000000000001", sequence: "4960"}},
+		{in: "after:shardId-000000000001:4960:1", want: Position{kind: posAfter, shard: "shardId-000000000001", sequence: "4960", sub: 1}},
+		{in: "after:s:4960:0", want: Position{kind: posAfter, shard: "s", sequence: "4960"}, string: "after:s:4960"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -78,6 +84,11 @@ func TestParsePositionRejects(t *testing.T) {
 		"sequence:shardId-000000000000:1 2",
 		"sequence:shardId-000000000000:" + strings.Repeat("1", 129),
 		"sequence:" + strings.Repeat("s", 129) + ":1",
+		"after:4960",
+		"after:4960:1", // the shard first
+		"after:shardId-000000000000",
+		"after:shardId-000000000000:12a",
+		"after:shardId-000000000000:1:-1",
 		"sequence:shärd:1",
 	} {
 		t.Run(in, func(t *testing.T) {
@@ -156,4 +167,17 @@ func FuzzParsePosition(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCheckpointPositionRoundTrips: where a shard opens after its checkpoint (logged as the
+// lease's start) reads back with ParsePosition, and a Seek there resumes at the same record.
+func TestCheckpointPositionRoundTrips(t *testing.T) {
+	tab := newShardTable(nil, time.Now())
+	for _, cp := range []lease.Checkpoint{{Sequence: "4960"}, {Sequence: "4960", SubSequence: 1}, {Sequence: "4960", SubSequence: 3}} {
+		p, _ := tab.startInput("shardId-000000000002", cp, Latest())
+		got, err := ParsePosition(p.String())
+		require.NoError(t, err, "%+v", cp)
+		require.Equal(t, p, got)
+		require.Equal(t, "shardId-000000000002", got.Shard())
+	}
 }

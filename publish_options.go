@@ -117,8 +117,11 @@ func WithPublishMeterProvider(mp metric.MeterProvider) PublisherOption {
 // trace context ("traceparent", and "tracestate" when there is one) is written into the header
 // envelope of every record of the call, so that a subscriber continues the trace. Records then
 // always carry the envelope, and 60 to 100 more bytes: readers other than kinesub and the Rust
-// crate see it in the data. The default is no tracing: records are written exactly as given,
-// and the global provider is not used. nil is rejected.
+// crate see it in the data. A KCL application still reading the stream, during a migration
+// say, gets "RSK1", a length and the header lines ahead of each payload: turn this on once no
+// such reader is left, or have it strip the envelope (docs/migrating.md, "Running the KCL and
+// kinesub side by side"). The default is no tracing: records are written exactly as given, and
+// the global provider is not used. nil is rejected.
 func WithPublishTracerProvider(tp trace.TracerProvider) PublisherOption {
 	return func(c *publisherConfig) {
 		if isNilProvider(tp) {

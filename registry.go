@@ -21,13 +21,16 @@ type shardTable struct {
 	listing  map[string]shardInfo
 	listed   bool
 	listedAt time.Time
-	finished map[string]bool      // read to their end (SHARD_END)
-	ended    map[string]time.Time // when the last life here of each shard ended (forget)
-	counters map[string]int64     // shard → the highest lease counter a life here read under
-	owner    string               // the owner name shards are registered under; "" between incarnations
-	waiting  map[string]string    // shard → the parent it waits for
-	leases   map[string]lease.Lease
-	leasesAt time.Time // when leases was read
+	finished map[string]bool // read to their end (SHARD_END)
+	// fromStart: shards this subscriber read to their end after opening them at the initial
+	// position; their children open there too (startInput).
+	fromStart map[string]bool
+	ended     map[string]time.Time // when the last life here of each shard ended (forget)
+	counters  map[string]int64     // shard → the highest lease counter a life here read under
+	owner     string               // the owner name shards are registered under; "" between incarnations
+	waiting   map[string]string    // shard → the parent it waits for
+	leases    map[string]lease.Lease
+	leasesAt  time.Time // when leases was read
 
 	installed *install
 	epoch     uint64
@@ -43,13 +46,14 @@ type shardInfo struct {
 
 func newShardTable(startAt *Position, now time.Time) *shardTable {
 	t := &shardTable{
-		workers:  make(map[string]*worker),
-		listing:  make(map[string]shardInfo),
-		finished: make(map[string]bool),
-		ended:    make(map[string]time.Time),
-		counters: make(map[string]int64),
-		waiting:  make(map[string]string),
-		applied:  make(map[string]uint64),
+		workers:   make(map[string]*worker),
+		listing:   make(map[string]shardInfo),
+		finished:  make(map[string]bool),
+		fromStart: make(map[string]bool),
+		ended:     make(map[string]time.Time),
+		counters:  make(map[string]int64),
+		waiting:   make(map[string]string),
+		applied:   make(map[string]uint64),
 	}
 	if startAt != nil {
 		t.epoch++
@@ -116,7 +120,9 @@ func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) 
 	if tn := w.tenureOf(); tn.Counter <= t.counters[w.id] || tn.Owner != t.owner {
 		return false, true
 	}
-	w.start = t.startInput(w.id, cp, initial)
+	var fromStart bool
+	w.start, fromStart = t.startInput(w.id, cp, initial)
+	w.fromStart.Store(fromStart)
 	w.startCkpt = w.start.kind == posAfter
 	t.workers[w.id] = w
 	delete(t.waiting, w.id)
@@ -143,6 +149,9 @@ func (t *shardTable) forget(w *worker) {
 	}
 	if w.state() == stateEnded {
 		t.finished[w.id] = true
+		if w.fromStart.Load() {
+			t.fromStart[w.id] = true
+		}
 	}
 }
 

@@ -218,6 +218,7 @@ func (r *reader) apply(cmd *seekCmd) {
 	r.attempt = 0
 	r.opened()
 	w.markAt = nil // the seek, not the first open, decides where the shard is read from
+	w.fromStart.Store(false)
 	r.isOpen = false
 	if err := r.src.open(r.ctx, cmd.pos); err != nil {
 		// Stopped while opening: say why, as reposition does, rather than "context canceled".

@@ -78,10 +78,13 @@ type worker struct {
 	out         outstanding // deliveries handed out, not settled
 
 	// Where the reader opens the shard, chosen when the lease was taken (coordinator.go).
-	start      Position
-	startCkpt  bool      // start is the stored checkpoint
-	markAt     *Position // the shard has no checkpoint: the reader records where it opens
-	stolen     bool      // the lease was taken pending: read only after startDelay
+	start     Position
+	startCkpt bool      // start is the stored checkpoint
+	markAt    *Position // the shard has no checkpoint: the reader records where it opens
+	// fromStart: the reader opened at the initial position and no seek moved it since; a
+	// shard read to its end so passes that position on to its children (startInput).
+	fromStart  atomic.Bool
+	stolen     bool // the lease was taken pending: read only after startDelay
 	startDelay time.Duration
 
 	// The watermark (checkpoint.go), under mu.

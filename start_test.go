@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -146,3 +147,143 @@ func TestCloseSaysWhatItWaitsFor(t *testing.T) {
 		require.ElementsMatch(t, []string{"unsettled=2", "unsettled=1"}, unsettled)
 	})
 }
+
+// TestStartPositionReachesChildrenOfOldSplit: a new application on a stream split before it
+// started opens the split's children at its start position, as it opens every other shard it
+// starts: Latest and AtTimestamp deliver none of what the children held before it, and all that
+// follows. The parent, closed before the start, has nothing to deliver.
+func TestStartPositionReachesChildrenOfOldSplit(t *testing.T) {
+	for _, latest := range []bool{true, false} {
+		name := map[bool]string{true: "latest", false: "timestamp"}[latest]
+		t.Run(name, func(t *testing.T) {
+			s := newStream(t, 1)
+			split := time.Now()
+			s.splitShard(s.shardIDs()[0])
+			testenv.WaitActive(t, s.c, s.name)
+			// kinesalite stamps the records of a split's children no earlier than a second
+			// after the split: until then an old record would look newer than the cut.
+			eventually(t, time.Minute, "the clock past the children's creation", func() bool {
+				return time.Since(split) > 1500*time.Millisecond
+			})
+			for i := range 6 {
+				s.put(fmt.Sprintf("key-%d", i), fmt.Appendf(nil, "old-%d", i))
+			}
+			putNew := func() map[string]bool {
+				want := map[string]bool{}
+				for i := range 4 {
+					d := fmt.Sprintf("new-%d", i)
+					s.put(fmt.Sprintf("key-%d", i), []byte(d))
+					want[d] = true
+				}
+				return want
+			}
+			var opts []Option
+			var want map[string]bool
+			if latest {
+				// The tip reaches tipSkew back for the clock skew with the service: the old
+				// records must be older than that when Subscribe is called.
+				put := time.Now()
+				eventually(t, time.Minute, "the old records past the tip's reach", func() bool {
+					return time.Since(put) > tipSkew+time.Second
+				})
+			} else {
+				// A cut after the old records and before the new, which are put before Subscribe:
+				// kinesalite does not answer an AT_TIMESTAMP later than a shard's newest record.
+				cut := time.Now().Add(10 * time.Millisecond)
+				eventually(t, time.Minute, "the clock past the cut", func() bool { return time.Now().After(cut.Add(10 * time.Millisecond)) })
+				want = putNew()
+				opts = append(opts, WithInitialPosition(AtTimestamp(cut)))
+			}
+			sub := subscribeT(t, s, testOpts(lease.NewMemory(), opts...)...)
+			if latest {
+				want = putNew()
+			}
+			got := map[string]bool{}
+			for _, m := range recv(t, sub, len(want), true) {
+				got[string(m.Data())] = true
+			}
+			require.Equal(t, want, got, "only what followed the start position")
+			upTo(t, s, sub, nil) // and nothing else
+		})
+	}
+}
+
+// TestChildStartPosition: where a child without checkpoint opens depends on who read its
+// parents to their end. Parents this application never held, closed before it started, pass
+// the start position on (Latest, AtTimestamp), through any number of generations; a parent
+// whose lease shows SHARD_END was read by this application, which must skip nothing after it:
+// the child opens at its oldest record, also when only one of a merge's parents was.
+func TestChildStartPosition(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		chain bool     // split the only shard, then split its child; otherwise merge two shards
+		ended []int    // shards whose lease rows show SHARD_END, read by an earlier process
+		start Position // zero: the default
+		want  []string
+	}{
+		{name: "new application", want: []string{"c-new"}},
+		{name: "new application at timestamp", start: AtTimestamp(synctestEpoch.Add(-30 * time.Minute)), want: []string{"c-mid", "c-new"}},
+		{name: "new application, grandchild", chain: true, want: []string{"c-new"}},
+		{name: "restart", ended: []int{0, 1}, want: []string{"c-old", "c-mid", "c-new"}},
+		{name: "restart at timestamp", ended: []int{0, 1}, start: AtTimestamp(synctestEpoch.Add(-30 * time.Minute)), want: []string{"c-old", "c-mid", "c-new"}},
+		{name: "one parent read, one never", ended: []int{0}, want: []string{"c-old", "c-mid", "c-new"}},
+		{name: "grandchild of a parent read", chain: true, ended: []int{1}, want: []string{"c-old", "c-mid", "c-new"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				require.True(t, synctestEpoch.Equal(time.Now()), "the bubble's clock starts at %v", time.Now())
+				old, mid := time.Now().Add(-time.Hour), time.Now().Add(-15*time.Minute)
+				f := newFakeStream("childstart", 2)
+				f.add(0, old, "p0-old")
+				f.add(1, old, "p1-old")
+				child := f.merge(0, 1)
+				if tc.chain {
+					f = newFakeStream("childstart", 1)
+					f.add(0, old, "p0-old")
+					first := f.split(0)
+					f.add(first, old, "p1-old")
+					child = f.split(first)
+				}
+				f.add(child, old, "c-old")
+				f.add(child, mid, "c-mid")
+				store := lease.NewMemory()
+				for _, i := range tc.ended {
+					key := "childstart/" + f.shards[i].id
+					ok, err := store.Acquire(context.Background(), key, "earlier", time.Minute)
+					require.NoError(t, err)
+					require.True(t, ok)
+					storeCheckpoint(t, store, key, lease.ShardEnd)
+					storeRelease(t, store, key, "earlier")
+				}
+				opts := fakeOpts(WithLeaseStore(store))
+				if !tc.start.IsZero() {
+					opts = append(opts, WithInitialPosition(tc.start))
+				}
+				sub := subscribeFake(t, f, opts...)
+				f.add(child, time.Now(), "c-new")
+				var got []string
+				for {
+					select {
+					case m := <-sub.Messages():
+						require.NotNil(t, m, "Messages closed: %v", sub.Err())
+						got = append(got, string(m.Data()))
+						require.NoError(t, m.Ack(context.Background()))
+						continue
+					case <-time.After(10 * time.Second): // virtual: every shard read to its tip
+					}
+					break
+				}
+				require.Equal(t, tc.want, got)
+				for _, st := range sub.Shards() {
+					if st.ShardID == f.shards[child].id {
+						return
+					}
+				}
+				t.Fatalf("the child is not held: %+v", sub.Shards())
+			})
+		})
+	}
+}
+
+// synctestEpoch is where the clock of a testing/synctest bubble starts.
+var synctestEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -24,15 +24,32 @@ import (
 	"github.com/gostream/kinesub/lease"
 )
 
-// TestExamplesExitZeroOnSIGINT: Ctrl-C is the normal way to stop an example. Each is built and
-// run as a user runs it, against the local Kinesis and DynamoDB servers (make test starts
-// them; under KINESUB_KINESIS_BACKEND=kinesistest the Kinesis server is one in the test
-// process, which the examples reach at the plain-HTTP address testenv sets), and sent SIGINT once it is at work: it exits with status 0, and its shard leases in
-// the lease table are free (the process example keeps its leases in memory and reports how
-// many it still holds; dynamosink keeps them in memory too, and deletes its tables).
-func TestExamplesExitZeroOnSIGINT(t *testing.T) {
-	kc, dc := testenv.Kinesis(t), testenv.DynamoDB(t)
+// TestExamplesExitZeroOnSignal: Ctrl-C (SIGINT) is the normal way to stop an example by hand,
+// SIGTERM the way an orchestrator stops it (Kubernetes, ECS, systemd). Each is built and run as
+// a user runs it, against the local Kinesis and DynamoDB servers (make test starts them; under
+// KINESUB_KINESIS_BACKEND=kinesistest the Kinesis server is one in the test process, which the
+// examples reach at the plain-HTTP address testenv sets), and sent the signal once it is at
+// work: it exits with status 0, and its shard leases in the lease table are free (the process
+// example keeps its leases in memory and reports how many it still holds; dynamosink keeps
+// them in memory too, and deletes its tables).
+func TestExamplesExitZeroOnSignal(t *testing.T) {
 	bins := buildExamples(t, "quickstart", "service", "admin-seek", "demo", "process", "dynamosink")
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(signalName(sig), func(t *testing.T) { examplesExitZeroOn(t, bins, sig) })
+	}
+}
+
+// signalName is the signal's name as a shell spells it.
+func signalName(sig syscall.Signal) string {
+	if sig == syscall.SIGTERM {
+		return "SIGTERM"
+	}
+	return "SIGINT"
+}
+
+// examplesExitZeroOn runs each example and stops it with sig.
+func examplesExitZeroOn(t *testing.T, bins map[string]string, sig syscall.Signal) {
+	kc, dc := testenv.Kinesis(t), testenv.DynamoDB(t)
 
 	// awaitHeld waits until a shard lease of stream in table has an owner whose name is held's.
 	awaitHeld := func(t *testing.T, ex *example, table, stream string, held func(owner string) bool) {
@@ -92,7 +109,7 @@ func TestExamplesExitZeroOnSIGINT(t *testing.T) {
 		testenv.WaitActive(t, kc, "orders")
 		ex := start(t, bins["quickstart"])
 		awaitHeld(t, ex, "orders-leases", "orders", byPID(ex))
-		ex.interruptAndExitZero(t)
+		ex.signalAndExitZero(t, sig)
 		requireReleased(t, "orders-leases", "orders")
 	})
 	t.Run("service", func(t *testing.T) {
@@ -100,7 +117,7 @@ func TestExamplesExitZeroOnSIGINT(t *testing.T) {
 		testenv.CreateStream(t, kc, stream, 2)
 		ex := start(t, bins["service"], "-stream", stream, "-table", table, "-metrics", "127.0.0.1:0")
 		awaitHeld(t, ex, table, stream, byPID(ex))
-		ex.interruptAndExitZero(t)
+		ex.signalAndExitZero(t, sig)
 		requireReleased(t, table, stream)
 		ex.requireOutput(t, "leases released")
 	})
@@ -109,7 +126,7 @@ func TestExamplesExitZeroOnSIGINT(t *testing.T) {
 		testenv.CreateStream(t, kc, stream, 2)
 		ex := start(t, bins["admin-seek"], "-stream", stream, "-table", table, "-addr", "127.0.0.1:0")
 		awaitHeld(t, ex, table, stream, byPID(ex))
-		ex.interruptAndExitZero(t)
+		ex.signalAndExitZero(t, sig)
 		requireReleased(t, table, stream)
 	})
 	t.Run("demo", func(t *testing.T) {
@@ -125,14 +142,14 @@ func TestExamplesExitZeroOnSIGINT(t *testing.T) {
 			return err == nil
 		})
 		awaitHeld(t, ex, table, stream, func(owner string) bool { return strings.HasPrefix(owner, "demo-a") })
-		ex.interruptAndExitZero(t)
+		ex.signalAndExitZero(t, sig)
 		requireReleased(t, table, stream)
 	})
 	t.Run("process", func(t *testing.T) {
 		// It runs its own in-process Kinesis server and an in-memory lease store.
 		ex := start(t, bins["process"])
 		ex.awaitLine(t, func(line string) bool { return strings.Contains(line, "attempt 1 failed") })
-		ex.interruptAndExitZero(t)
+		ex.signalAndExitZero(t, sig)
 		ex.requireOutput(t, "leases still held: 0")
 	})
 	t.Run("dynamosink", func(t *testing.T) {
@@ -144,8 +161,8 @@ func TestExamplesExitZeroOnSIGINT(t *testing.T) {
 			_, err := fmt.Sscanf(line, "tables %s and %s ready", &marks, &balances)
 			return err == nil
 		})
-		ex.interruptAndExitZero(t)
-		ex.requireOutput(t, "interrupted: interrupt signal received")
+		ex.signalAndExitZero(t, sig)
+		ex.requireOutput(t, "interrupted: "+sig.String()+" signal received")
 		for _, table := range []string{marks, balances} {
 			out, err := dc.DescribeTable(context.Background(), &dynamodb.DescribeTableInput{TableName: aws.String(table)})
 			if err == nil && out.Table.TableStatus != dynamodbtypes.TableStatusDeleting {
@@ -278,10 +295,10 @@ func (ex *example) await(t *testing.T, cond func() bool) {
 	}
 }
 
-// interruptAndExitZero sends SIGINT and requires exit status 0, reading the rest of the output.
-func (ex *example) interruptAndExitZero(t *testing.T) {
+// signalAndExitZero sends sig and requires exit status 0, reading the rest of the output.
+func (ex *example) signalAndExitZero(t *testing.T, sig syscall.Signal) {
 	t.Helper()
-	if err := ex.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := ex.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(exampleDeadline)
@@ -292,12 +309,12 @@ func (ex *example) interruptAndExitZero(t *testing.T) {
 				ex.output = append(ex.output, line)
 			}
 		case <-deadline:
-			t.Fatal("the example did not exit in time after SIGINT")
+			t.Fatalf("the example did not exit in time after %s", signalName(sig))
 		}
 	}
 	<-ex.done
 	if ex.err != nil {
-		t.Fatalf("after SIGINT the example exited with %v, not status 0", ex.err)
+		t.Fatalf("after %s the example exited with %v, not status 0", signalName(sig), ex.err)
 	}
 }
 

@@ -4,13 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"math/big"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	kinesistypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
 // ErrImportRefused is wrapped by the importers' errors when they write nothing: the other
-// consumer's workers still run, a row cannot be translated, or a shard's kinesub lease is held.
+// consumer's workers still run, a row cannot be translated, a shard's kinesub lease is held,
+// the source table holds no rows of the stream, or the stream does not exist.
 var ErrImportRefused = errors.New("lease: import refused")
 
 // importOwner holds a lease for the instant an import writes its checkpoint; the lease is
@@ -21,12 +28,16 @@ const importOwner = "kinesub-import"
 type ImportReport struct {
 	Source    string // "kcl", "harlow" or "crate"
 	Stream    string
-	Rows      int  // rows read from the source table
-	Imported  int  // shards whose checkpoint was written (or would be, in a dry run)
-	Unchanged int  // shards whose kinesub lease already held the same checkpoint
-	Skipped   int  // rows of other streams, and rows with no checkpoint to carry over
-	DryRun    bool // nothing was written
-	Shards    []ImportedShard
+	Rows      int // rows read from the source table
+	Imported  int // shards whose checkpoint was written (or would be, in a dry run)
+	Unchanged int // shards whose kinesub lease already held the same checkpoint
+	// Kept counts the shards whose kinesub checkpoint is ahead of the imported one, or cannot
+	// be compared with it (a kinesub subscriber has read the shard since): left as they are
+	// unless WithMoveBack.
+	Kept    int
+	Skipped int  // rows of other streams, and rows with no checkpoint to carry over
+	DryRun  bool // nothing was written
+	Shards  []ImportedShard
 	// Pending lists the shards whose source row also held a checkpoint the old consumer had
 	// prepared and not committed (the KCL's two-phase checkpoint). The committed checkpoint is
 	// the one imported: the records between the two are delivered again (at least once), and
@@ -46,19 +57,36 @@ type PendingCheckpoint struct {
 
 // ImportedShard is one shard's row in an ImportReport.
 type ImportedShard struct {
-	Shard      string
-	From       string     // the source row's checkpoint, as stored there
-	Checkpoint Checkpoint // the kinesub checkpoint it translates to
-	Action     string     // "import", "unchanged" or "skip"
+	Shard string
+	From  string // the source row's checkpoint, as stored there
+	// FromSubSequence is the source row's sub-sequence number as stored there, "" when it has
+	// none. The KCL stores the last handled user record of an aggregate, 0 for a record that
+	// is not one; kinesub's Checkpoint.SubSequence counts the handled user records instead, so
+	// the KCL's k is kinesub's k+1 (a whole record handled is 1, or 0).
+	FromSubSequence string
+	// Current is the kinesub lease's checkpoint before the import (zero: none).
+	Current    Checkpoint
+	Checkpoint Checkpoint // the kinesub checkpoint the source's translates to
+	// Action: "import", "unchanged", "keep" (Current is ahead of Checkpoint, or cannot be
+	// compared with it, and is left as it is) or "skip" (the row has no checkpoint).
+	Action string
 }
 
 // Importer carries the options of the importers; NewImporter builds one.
 type Importer struct {
-	dryRun, force, overwrite bool
-	watch                    time.Duration
-	at                       time.Time
-	streamID                 string
-	now                      func() time.Time
+	dryRun, force, overwrite, moveBack bool
+	watch                              time.Duration
+	at                                 time.Time
+	streamID                           string
+	kinesis                            StreamDescriber
+	progress                           io.Writer
+	now                                func() time.Time
+}
+
+// StreamDescriber is the part of a Kinesis client (*kinesis.Client) the importers use to check
+// that the stream exists.
+type StreamDescriber interface {
+	DescribeStreamSummary(ctx context.Context, in *kinesis.DescribeStreamSummaryInput, optFns ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error)
 }
 
 // ImportOption configures an Importer.
@@ -75,6 +103,26 @@ func WithForce() ImportOption { return func(i *Importer) { i.force = true } }
 // WithOverwrite replaces the checkpoint of a shard whose kinesub lease is held by a subscriber.
 // Default off: such a shard refuses the whole import.
 func WithOverwrite() ImportOption { return func(i *Importer) { i.overwrite = true } }
+
+// WithMoveBack replaces a kinesub checkpoint that is ahead of the imported one, or that cannot
+// be compared with it. Default off: such a shard is left as it is (reported as "keep"), so
+// that importing again after kinesub has read the stream delivers nothing again. A kinesub
+// checkpoint is ahead when it is SHARD_END, or a later record (or more user records of the
+// same aggregate) than the imported one; one that is a position marker (where a subscriber
+// opened the shard) or is set where the import has a marker cannot be compared.
+func WithMoveBack() ImportOption { return func(i *Importer) { i.moveBack = true } }
+
+// WithStreamCheck makes the importers check, with client, that the stream exists before they
+// read anything else, and refuse (ErrImportRefused) when it does not. Default: no check; the
+// rows of a KCL table in single-stream mode do not name their stream, so without it a
+// misspelt stream name imports the table's rows under that name.
+func WithStreamCheck(client StreamDescriber) ImportOption {
+	return func(i *Importer) { i.kinesis = client }
+}
+
+// WithProgress makes the importers write to w, one line each, what they wait for (the KCL
+// importer's watch). Default: nothing is written.
+func WithProgress(w io.Writer) ImportOption { return func(i *Importer) { i.progress = w } }
 
 // WithWatch sets how long ImportKCL watches the KCL's lease counters for live workers: by
 // default 10s, the KCL's failover time. Zero skips the watch; negative is an error.
@@ -177,9 +225,14 @@ func (i *Importer) apply(ctx context.Context, rep ImportReport, rows []sourceRow
 	}
 	var plans []plan
 	var bad []string
+	held := map[string][]string{} // owner → the shards whose kinesub lease it holds
 	for _, r := range rows {
 		if r.pending != nil {
 			rep.Pending = append(rep.Pending, *r.pending)
+		}
+		sh := ImportedShard{Shard: r.shard, From: r.checkpoint}
+		if r.hasSub {
+			sh.FromSubSequence = strconv.FormatInt(r.sub, 10)
 		}
 		cp, ok, err := translateCheckpoint(r, i.at, now)
 		if err != nil {
@@ -188,7 +241,8 @@ func (i *Importer) apply(ctx context.Context, rep ImportReport, rows []sourceRow
 		}
 		if !ok {
 			rep.Skipped++
-			rep.Shards = append(rep.Shards, ImportedShard{Shard: r.shard, From: r.checkpoint, Action: "skip"})
+			sh.Action = "skip"
+			rep.Shards = append(rep.Shards, sh)
 			continue
 		}
 		key := ShardLeaseKey(rep.Stream, r.shard)
@@ -196,17 +250,34 @@ func (i *Importer) apply(ctx context.Context, rep ImportReport, rows []sourceRow
 		if err != nil {
 			return rep, fmt.Errorf("lease: import: read %s: %w", key, err)
 		}
-		if cur.Owner == "" && cur.Checkpoint == cp {
+		sh.Current, sh.Checkpoint = cur.Checkpoint, cp
+		switch {
+		case cur.Checkpoint == cp:
 			rep.Unchanged++
-			rep.Shards = append(rep.Shards, ImportedShard{Shard: r.shard, From: r.checkpoint, Checkpoint: cp, Action: "unchanged"})
+			sh.Action = "unchanged"
+		case !i.moveBack && !behind(cur.Checkpoint, cp):
+			rep.Kept++
+			sh.Action = "keep"
+		case cur.Owner != "" && !i.overwrite:
+			held[cur.Owner] = append(held[cur.Owner], r.shard)
 			continue
+		default:
+			plans = append(plans, plan{key: key, cp: cp, cur: cur})
+			sh.Action = "import"
 		}
-		if cur.Owner != "" && !i.overwrite {
-			bad = append(bad, fmt.Sprintf("shard %s: its kinesub lease is held by %s (WithOverwrite replaces its checkpoint)", r.shard, cur.Owner))
-			continue
+		rep.Shards = append(rep.Shards, sh)
+	}
+	if len(held) > 0 {
+		owners := make([]string, 0, len(held))
+		for o := range held {
+			owners = append(owners, o)
 		}
-		plans = append(plans, plan{key: key, cp: cp, cur: cur})
-		rep.Shards = append(rep.Shards, ImportedShard{Shard: r.shard, From: r.checkpoint, Checkpoint: cp, Action: "import"})
+		sort.Strings(owners)
+		var by []string
+		for _, o := range owners {
+			by = append(by, fmt.Sprintf("%s (shards %s)", o, strings.Join(held[o], ", ")))
+		}
+		bad = append(bad, fmt.Sprintf("kinesub leases held by %s: stop those subscribers, or use WithOverwrite to replace their checkpoints", strings.Join(by, "; ")))
 	}
 	if len(bad) > 0 {
 		return ImportReport{Source: rep.Source, Stream: rep.Stream, Rows: rep.Rows, DryRun: i.dryRun, Pending: rep.Pending},
@@ -223,6 +294,72 @@ func (i *Importer) apply(ctx context.Context, rep ImportReport, rows []sourceRow
 		}
 	}
 	return rep, nil
+}
+
+// behind reports whether the kinesub checkpoint cur is behind cp, so that writing cp moves the
+// shard forward: cur is none, cp is SHARD_END, or both are sequence numbers and cp is further
+// on. A sub-sequence of 0 stands for the whole record, past every user record of it. Position
+// markers compare with nothing, as they say where a shard was opened, not what was handled.
+func behind(cur, cp Checkpoint) bool {
+	switch {
+	case cur.Sequence == "":
+		return true
+	case cur.Sequence == ShardEnd:
+		return false
+	case cp.Sequence == ShardEnd:
+		return true
+	case !isSequenceNumber(cur.Sequence) || !isSequenceNumber(cp.Sequence):
+		return false
+	}
+	a, _ := new(big.Int).SetString(cur.Sequence, 10)
+	b, _ := new(big.Int).SetString(cp.Sequence, 10)
+	if c := a.Cmp(b); c != 0 {
+		return c < 0
+	}
+	whole := func(sub int64) int64 {
+		if sub <= 0 {
+			return 1<<63 - 1
+		}
+		return sub
+	}
+	return whole(cur.SubSequence) < whole(cp.SubSequence)
+}
+
+// checkTarget makes sure, before anything is read or watched, that the stream exists (with
+// WithStreamCheck) and that dst can be read: a destination table that does not exist fails
+// here, not after the watch.
+func (i *Importer) checkTarget(ctx context.Context, stream string, dst Store) error {
+	if i.kinesis != nil {
+		_, err := i.kinesis.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: &stream})
+		var missing *kinesistypes.ResourceNotFoundException
+		switch {
+		case errors.As(err, &missing):
+			return fmt.Errorf("%w: stream %s does not exist", ErrImportRefused, stream)
+		case err != nil:
+			return fmt.Errorf("lease: import: describe stream %s: %w", stream, err)
+		}
+	}
+	if _, err := dst.Read(ctx, ShardLeaseKey(stream, changesRowID)); err != nil {
+		return fmt.Errorf("lease: import: the destination store cannot be read: %w", err)
+	}
+	return nil
+}
+
+// changesRowID is the id of a stream's change row in a kinesub table ("<stream>/~table/changes").
+const changesRowID = "~table/changes"
+
+// noRowsOf refuses an import from a table that holds no rows of stream, naming what it does
+// hold: the streams (or, what "streams" when the table keys its rows otherwise), or nothing.
+func noRowsOf(table, stream, what string, held map[string]bool) error {
+	if len(held) == 0 {
+		return fmt.Errorf("%w: table %s holds no rows of stream %s, nor of any other", ErrImportRefused, table, stream)
+	}
+	names := make([]string, 0, len(held))
+	for n := range held {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return fmt.Errorf("%w: table %s holds no rows of stream %s; it holds the rows of %s %s", ErrImportRefused, table, stream, what, strings.Join(names, ", "))
 }
 
 // writeFree records cp as the lease's checkpoint and leaves the lease free: taken without a TTL

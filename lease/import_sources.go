@@ -28,21 +28,30 @@ func ImportKCL(ctx context.Context, client *dynamodb.Client, kclTable, stream st
 // (pendingCheckpoint) is not imported but listed in ImportReport.Pending; TRIM_HORIZON, LATEST (the tip as of the
 // import), AT_TIMESTAMP (see WithAtTimestamp) and SHARD_END carry over. Before writing it watches
 // the lease counters for the watch window and refuses, naming the live workers, when one
-// changed (unless WithForce). It writes nothing when any row cannot be translated, and a
-// second import of the same table changes nothing.
+// changed (unless WithForce). It writes nothing when any row cannot be translated, and refuses
+// a table that holds no rows of stream (in multi-stream mode, rows of other streams only),
+// naming the streams it holds. It never moves a kinesub checkpoint back (see WithMoveBack), so
+// a second import of the same table changes nothing.
 func (i *Importer) KCL(ctx context.Context, client *dynamodb.Client, kclTable, stream string, dst Store) (ImportReport, error) {
 	rep := ImportReport{Source: "kcl", Stream: stream, DryRun: i.dryRun}
 	if err := i.validate(); err != nil {
 		return rep, err
 	}
-	if err := checkImportArgs(ctx, client, kclTable, stream, dst); err != nil {
+	if err := i.checkImportArgs(ctx, client, kclTable, stream, dst); err != nil {
 		return rep, err
 	}
 	items, err := scanAll(ctx, client, kclTable)
 	if err != nil {
 		return rep, err
 	}
+	// Refused before the watch: a misspelt stream costs no wait.
+	if _, _, err := kclRows(items, stream, i.streamID, kclTable); err != nil {
+		return rep, err
+	}
 	if i.watch > 0 {
+		if i.progress != nil {
+			fmt.Fprintf(i.progress, "watching the lease counters of KCL table %s for %v: a KCL worker still running renews its leases and moves them (the import is then refused)\n", kclTable, i.watch)
+		}
 		t := time.NewTimer(i.watch)
 		select {
 		case <-ctx.Done():
@@ -60,9 +69,9 @@ func (i *Importer) KCL(ctx context.Context, client *dynamodb.Client, kclTable, s
 		}
 		items = again
 	}
-	rows, skipped, err := kclRows(items, stream, i.streamID)
+	rows, skipped, err := kclRows(items, stream, i.streamID, kclTable)
 	if err != nil {
-		return rep, fmt.Errorf("%w: %w", ErrImportRefused, err)
+		return rep, err
 	}
 	rep.Rows, rep.Skipped = len(items), skipped
 	return i.apply(ctx, rep, rows, dst)
@@ -94,8 +103,35 @@ func liveWorkers(before, after []map[string]types.AttributeValue) []string {
 }
 
 // kclRows selects the rows of stream from a KCL lease table (single- or multi-stream) and reads
-// their checkpoints; skipped counts the rows of other streams.
-func kclRows(items []map[string]types.AttributeValue, stream, streamID string) ([]sourceRow, int, error) {
+// their checkpoints; skipped counts the rows of other streams. A table with no row of stream is
+// refused, naming the streams (or stream identifiers) it holds.
+func kclRows(items []map[string]types.AttributeValue, stream, streamID, table string) ([]sourceRow, int, error) {
+	rows, skipped, err := kclSelect(items, stream, streamID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: %w", ErrImportRefused, err)
+	}
+	if len(rows) == 0 {
+		held := map[string]bool{}
+		for _, it := range items {
+			if parts := strings.Split(attrS(it, "leaseKey"), ":"); len(parts) == 4 {
+				if streamID != "" {
+					held[strings.Join(parts[:3], ":")] = true
+				} else {
+					held[parts[1]] = true
+				}
+			}
+		}
+		what := "streams"
+		if streamID != "" {
+			stream, what = streamID, "stream identifiers"
+		}
+		return nil, 0, noRowsOf(table, stream, what, held)
+	}
+	return rows, skipped, nil
+}
+
+// kclSelect selects the rows of stream, as kclRows.
+func kclSelect(items []map[string]types.AttributeValue, stream, streamID string) ([]sourceRow, int, error) {
 	var rows []sourceRow
 	ids := map[string]bool{}
 	skipped := 0
@@ -169,7 +205,7 @@ func (i *Importer) Harlow(ctx context.Context, client *dynamodb.Client, table, a
 	if err := i.validate(); err != nil {
 		return rep, err
 	}
-	if err := checkImportArgs(ctx, client, table, stream, dst); err != nil {
+	if err := i.checkImportArgs(ctx, client, table, stream, dst); err != nil {
 		return rep, err
 	}
 	items, err := scanAll(ctx, client, table)
@@ -178,12 +214,17 @@ func (i *Importer) Harlow(ctx context.Context, client *dynamodb.Client, table, a
 	}
 	ns := appName + "-" + stream
 	var rows []sourceRow
+	held := map[string]bool{}
 	for _, it := range items {
-		if attrS(it, "namespace") != ns {
+		if n := attrS(it, "namespace"); n != ns {
+			held[n] = true
 			rep.Skipped++
 			continue
 		}
 		rows = append(rows, sourceRow{shard: attrS(it, "shard_id"), checkpoint: attrS(it, "sequence_number")})
+	}
+	if len(rows) == 0 {
+		return rep, noRowsOf(table, stream, "namespaces (<app>-<stream>; here "+ns+")", held)
 	}
 	rep.Rows = len(items)
 	return i.apply(ctx, rep, rows, dst)
@@ -208,7 +249,7 @@ func (i *Importer) Crate(ctx context.Context, client *dynamodb.Client, table, st
 	if err := i.validate(); err != nil {
 		return rep, err
 	}
-	if err := checkImportArgs(ctx, client, table, stream, dst); err != nil {
+	if err := i.checkImportArgs(ctx, client, table, stream, dst); err != nil {
 		return rep, err
 	}
 	items, err := scanAll(ctx, client, table)
@@ -218,6 +259,17 @@ func (i *Importer) Crate(ctx context.Context, client *dynamodb.Client, table, st
 	rows, skipped, live, err := crateRows(items, stream, legacy, i.now())
 	if err != nil {
 		return rep, fmt.Errorf("%w: %w", ErrImportRefused, err)
+	}
+	if len(rows) == 0 {
+		held := map[string]bool{}
+		for _, it := range items {
+			if st, _, ok := strings.Cut(attrS(it, "lease_key"), ":"); ok {
+				held[st] = true
+			} else if strings.HasPrefix(attrS(it, "lease_key"), "shardId-") {
+				held["(rows keyed by the bare shard id, of crate 0.6, which name no stream)"] = true
+			}
+		}
+		return rep, noRowsOf(table, stream, "streams", held)
 	}
 	if len(live) > 0 && !i.force {
 		return rep, fmt.Errorf("%w: crate instances still hold leases of table %s: %s (stop them and wait for their leases to expire, or use WithForce)",
@@ -293,7 +345,7 @@ func crateRows(items []map[string]types.AttributeValue, stream string, legacy bo
 	return rows, skipped, live, nil
 }
 
-func checkImportArgs(ctx context.Context, client *dynamodb.Client, table, stream string, dst Store) error {
+func (i *Importer) checkImportArgs(ctx context.Context, client *dynamodb.Client, table, stream string, dst Store) error {
 	if err := checkContext(ctx, "Import"); err != nil {
 		return err
 	}
@@ -307,7 +359,7 @@ func checkImportArgs(ctx context.Context, client *dynamodb.Client, table, stream
 	case dst == nil:
 		return fmt.Errorf("%w: nil destination store", ErrInvalidArgument)
 	}
-	return nil
+	return i.checkTarget(ctx, stream, dst)
 }
 
 // scanAll reads every item of table, strongly consistent.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,7 +66,7 @@ func TestKCLRows(t *testing.T) {
 		kclItem("123:orders:1700:shardId-000000000002", "SHARD_END", 0, 1, ""),
 		kclItem("123:other:1700:shardId-000000000002", "SHARD_END", 0, 1, ""),
 	}
-	rows, skipped, err := kclRows(items, "orders", "")
+	rows, skipped, err := kclRows(items, "orders", "", "kcl")
 	require.NoError(t, err)
 	require.Equal(t, 1, skipped)
 	require.Equal(t, []sourceRow{
@@ -75,9 +76,9 @@ func TestKCLRows(t *testing.T) {
 
 	// A stream recreated under the same name: the identifier must be named.
 	items = append(items, kclItem("123:orders:1800:shardId-000000000000", "LATEST", 0, 1, ""))
-	_, _, err = kclRows(items, "orders", "")
+	_, _, err = kclRows(items, "orders", "", "kcl")
 	require.ErrorContains(t, err, "WithKCLStreamIdentifier")
-	rows, skipped, err = kclRows(items, "orders", "123:orders:1800")
+	rows, skipped, err = kclRows(items, "orders", "123:orders:1800", "kcl")
 	require.NoError(t, err)
 	require.Equal(t, 2, skipped, "the other identifier's rows and the other stream's")
 	require.Len(t, rows, 2, "the bare shard id row and the selected identifier's")
@@ -119,27 +120,125 @@ func TestImportApply(t *testing.T) {
 	after, _ := m.List(ctx)
 	require.Equal(t, before, after, "importing twice changes nothing")
 
-	// A held kinesub lease refuses the whole import, unless overwriting.
-	ok, err := m.Acquire(ctx, "st/s2", "sub-1", 0)
-	require.True(t, ok)
-	require.NoError(t, err)
-	moved := []sourceRow{{shard: "s1", checkpoint: "200"}, {shard: "s2", checkpoint: "300"}}
+	// A held kinesub lease refuses the whole import, unless overwriting; the refusal names each
+	// holder once, with its shards.
+	for _, key := range []string{"st/s1", "st/s2"} {
+		ok, err := m.Acquire(ctx, key, "sub-1", 0)
+		require.True(t, ok)
+		require.NoError(t, err)
+	}
+	moved := []sourceRow{{shard: "s1", checkpoint: "200"}, {shard: "s2", checkpoint: "300"}, {shard: "s3", checkpoint: "400"}}
 	_, err = i.apply(ctx, ImportReport{Stream: "st"}, moved, m)
 	require.True(t, errors.Is(err, ErrImportRefused), "%v", err)
-	require.ErrorContains(t, err, "sub-1")
+	require.ErrorContains(t, err, "kinesub leases held by sub-1 (shards s1): stop those subscribers, or use WithOverwrite")
+	require.Equal(t, 1, strings.Count(err.Error(), "WithOverwrite"), "%v", err)
 	l, _ = m.Read(ctx, "st/s1")
 	require.Equal(t, "100", l.Checkpoint.Sequence, "nothing imported when one shard refuses")
 	rep, err = NewImporter(WithOverwrite()).apply(ctx, ImportReport{Stream: "st"}, moved, m)
 	require.NoError(t, err)
-	require.Equal(t, 2, rep.Imported)
+	require.Equal(t, []any{2, 1}, []any{rep.Imported, rep.Kept}, "s2's SHARD_END is ahead of 300: kept")
+	l, _ = m.Read(ctx, "st/s1")
+	require.Equal(t, Lease{Key: "st/s1", Counter: l.Counter, Checkpoint: Checkpoint{Sequence: "200"}}, l)
 	l, _ = m.Read(ctx, "st/s2")
-	require.Equal(t, Lease{Key: "st/s2", Counter: l.Counter, Checkpoint: Checkpoint{Sequence: "300"}}, l)
+	require.Equal(t, Checkpoint{Sequence: ShardEnd}, l.Checkpoint)
+	require.Equal(t, "sub-1", l.Owner, "a shard kept is not written")
 
 	// One untranslatable row: nothing imported.
 	_, err = i.apply(ctx, ImportReport{Stream: "st"}, []sourceRow{{shard: "s1", checkpoint: "400"}, {shard: "s9", checkpoint: "AT_TIMESTAMP"}}, m)
 	require.ErrorIs(t, err, ErrImportRefused)
 	l, _ = m.Read(ctx, "st/s1")
 	require.Equal(t, "200", l.Checkpoint.Sequence)
+}
+
+// TestImportNeverMovesBack: importing again after kinesub read on leaves kinesub's checkpoints
+// as they are, and shows them beside the imported ones; WithMoveBack moves them back.
+func TestImportNeverMovesBack(t *testing.T) {
+	ctx := context.Background()
+	m := NewMemory()
+	importer := func(ms int64, opts ...ImportOption) *Importer { // LATEST is the tip as of now
+		i := NewImporter(opts...)
+		i.now = func() time.Time { return time.UnixMilli(ms) }
+		return i
+	}
+	rows := []sourceRow{
+		{shard: "s1", checkpoint: "100", hasSub: true}, // kinesub read on: kept
+		{shard: "s2", checkpoint: "200", hasSub: true}, // the old consumer read on: imported
+		{shard: "s3", checkpoint: "300", sub: 1, hasSub: true},
+		{shard: "s4", checkpoint: "LATEST"},
+	}
+	rep, err := importer(1000).apply(ctx, ImportReport{Stream: "st"}, rows, m)
+	require.NoError(t, err)
+	require.Equal(t, 4, rep.Imported)
+	first := map[string]Checkpoint{}
+	for _, sh := range rep.Shards {
+		first[sh.Shard] = sh.Checkpoint
+	}
+	require.Equal(t, "0", rep.Shards[0].FromSubSequence)
+	require.Equal(t, "", rep.Shards[3].FromSubSequence)
+
+	// kinesub reads on: s1 past 100, s3 to the end of the aggregate 300.
+	for key, cp := range map[string]Checkpoint{"st/s1": {Sequence: "150"}, "st/s3": {Sequence: "300"}} {
+		ok, err := m.Acquire(ctx, key, "sub", 0)
+		require.True(t, ok)
+		require.NoError(t, err)
+		l, _ := m.Read(ctx, key)
+		ok, err = m.Checkpoint(ctx, key, l.Tenure(), cp)
+		require.True(t, ok)
+		require.NoError(t, err)
+		ok, err = m.Release(ctx, key, l.Tenure())
+		require.True(t, ok)
+		require.NoError(t, err)
+	}
+	rows[1].checkpoint = "250"
+	before, _ := m.List(ctx)
+	rep, err = importer(2000, WithDryRun()).apply(ctx, ImportReport{Stream: "st"}, rows, m)
+	require.NoError(t, err)
+	got := map[string]ImportedShard{}
+	for _, sh := range rep.Shards {
+		got[sh.Shard] = sh
+	}
+	require.Equal(t, ImportedShard{Shard: "s1", From: "100", FromSubSequence: "0", Current: Checkpoint{Sequence: "150"}, Checkpoint: Checkpoint{Sequence: "100", SubSequence: 1}, Action: "keep"}, got["s1"])
+	require.Equal(t, ImportedShard{Shard: "s2", From: "250", FromSubSequence: "0", Current: Checkpoint{Sequence: "200", SubSequence: 1}, Checkpoint: Checkpoint{Sequence: "250", SubSequence: 1}, Action: "import"}, got["s2"])
+	require.Equal(t, "keep", got["s3"].Action, "the whole aggregate handled is past its user record 1")
+	require.Equal(t, "keep", got["s4"].Action, "the tip as of an import is no progress: the first import's marker stays")
+	require.Equal(t, []int{1, 3}, []int{rep.Imported, rep.Kept})
+
+	rep, err = importer(3000).apply(ctx, ImportReport{Stream: "st"}, rows, m)
+	require.NoError(t, err)
+	l, _ := m.Read(ctx, "st/s1")
+	require.Equal(t, Checkpoint{Sequence: "150"}, l.Checkpoint, "never moved back")
+	l, _ = m.Read(ctx, "st/s4")
+	require.Equal(t, first["s4"], l.Checkpoint)
+	after, _ := m.List(ctx)
+	require.Len(t, after, len(before))
+
+	_, err = importer(4000, WithMoveBack()).apply(ctx, ImportReport{Stream: "st"}, rows, m)
+	require.NoError(t, err)
+	l, _ = m.Read(ctx, "st/s1")
+	require.Equal(t, Checkpoint{Sequence: "100", SubSequence: 1}, l.Checkpoint, "WithMoveBack moves it back")
+}
+
+func TestBehind(t *testing.T) {
+	seq := func(s string, sub int64) Checkpoint { return Checkpoint{Sequence: s, SubSequence: sub} }
+	for _, c := range []struct {
+		cur, cp Checkpoint
+		want    bool
+	}{
+		{Checkpoint{}, seq("5", 0), true},
+		{seq("5", 0), seq("6", 0), true},
+		{seq("6", 0), seq("5", 0), false},
+		{seq("99", 0), seq("100", 0), true}, // numbers, not strings
+		{seq("5", 2), seq("5", 3), true},
+		{seq("5", 3), seq("5", 2), false},
+		{seq("5", 2), seq("5", 0), true}, // the whole record is past its user records
+		{seq("5", 0), seq("5", 2), false},
+		{seq("5", 0), seq(ShardEnd, 0), true},
+		{seq(ShardEnd, 0), seq("5", 0), false},
+		{seq(TrimHorizon, 0), seq("5", 0), false}, // markers compare with nothing
+		{seq("5", 0), seq(TrimHorizon, 0), false},
+	} {
+		require.Equal(t, c.want, behind(c.cur, c.cp), "%+v behind %+v", c.cur, c.cp)
+	}
 }
 
 func crateItem(key, cp, owner string, expiry int64, extra ...string) map[string]types.AttributeValue {
@@ -214,7 +313,7 @@ func TestImportPending(t *testing.T) {
 	stateOnly["pendingCheckpointState"] = &types.AttributeValueMemberN{Value: "0"} // as the KCL's serializer writes it
 	nullState := kclItem("shardId-000000000003", "300", 0, 3, "")
 	nullState["pendingCheckpointState"] = &types.AttributeValueMemberNULL{Value: true}
-	rows, _, err := kclRows([]map[string]types.AttributeValue{withPending, stateOnly, nullState}, "orders", "")
+	rows, _, err := kclRows([]map[string]types.AttributeValue{withPending, stateOnly, nullState}, "orders", "", "kcl")
 	require.NoError(t, err)
 	want := []PendingCheckpoint{
 		{Shard: "shardId-000000000001", Sequence: "200", SubSequence: 4, State: true},
@@ -238,6 +337,6 @@ func TestImportPending(t *testing.T) {
 	}
 
 	withPending["pendingCheckpointSubSequenceNumber"] = &types.AttributeValueMemberS{Value: "x"}
-	_, _, err = kclRows([]map[string]types.AttributeValue{withPending}, "orders", "")
+	_, _, err = kclRows([]map[string]types.AttributeValue{withPending}, "orders", "", "kcl")
 	require.ErrorContains(t, err, "pendingCheckpointSubSequenceNumber")
 }

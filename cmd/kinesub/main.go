@@ -8,14 +8,23 @@
 //
 // Each wraps an importer of package lease (Importer.KCL, Importer.Harlow, Importer.Crate). Flags
 // common to all: -dry-run (report, write nothing), -force (import although the KCL's workers
-// or the crate's instances look live), -overwrite (replace the checkpoint of a shard whose kinesub lease is held), -json.
-// import-kcl also takes -watch (default 10s), -at-timestamp (RFC 3339, for AT_TIMESTAMP rows) and
-// -stream-id (account:stream:creationEpoch, for a multi-stream table).
+// or the crate's instances look live), -overwrite (replace the checkpoint of a shard whose
+// kinesub lease is held), -move-back (replace a kinesub checkpoint that is ahead of the
+// imported one: by default it is kept, so importing again after kinesub has read on delivers
+// nothing again), -json. import-kcl also takes -watch (default 10s), -at-timestamp (RFC 3339,
+// for AT_TIMESTAMP rows) and -stream-id (account:stream:creationEpoch, for a multi-stream
+// table).
 //
-// The region, the credentials and the endpoint come from the standard AWS environment
-// (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB…); -endpoint overrides the DynamoDB
-// endpoint. The kinesub table is created when missing. Stop the old consumer first: the
-// import refuses while the KCL's workers renew their leases, or a crate lease has not expired.
+// Before anything is read or watched the command checks that the stream exists (Kinesis
+// DescribeStreamSummary) and that the source table holds rows of it; a refusal names the
+// streams the table holds. The report shows, per shard, the source's checkpoint, the kinesub
+// lease's before the import and the one imported, as positions ParsePosition reads.
+//
+// The region, the credentials and the endpoints come from the standard AWS environment
+// (AWS_REGION, AWS_PROFILE, AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_KINESIS…); -endpoint
+// overrides the DynamoDB endpoint. The kinesub table is created when missing. Stop the old
+// consumer first: the import refuses while the KCL's workers renew their leases, or a crate
+// lease has not expired.
 package main
 
 import (
@@ -27,6 +36,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -34,12 +46,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/gostream/kinesub/lease"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
@@ -68,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dryRun := fs.Bool("dry-run", false, "report what would be written, write nothing")
 	force := fs.Bool("force", false, "import although the KCL's workers or the crate's instances look live")
 	overwrite := fs.Bool("overwrite", false, "replace checkpoints of shards whose kinesub lease is held")
+	moveBack := fs.Bool("move-back", false, "replace kinesub checkpoints that are ahead of the imported ones (default: keep them)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	var app, streamID, at string
 	var watch time.Duration
@@ -92,7 +106,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("-from, -to and -stream are required (and -app for import-harlow)")
 	}
-	opts := []lease.ImportOption{lease.WithWatch(watch)}
+	opts := []lease.ImportOption{lease.WithWatch(watch), lease.WithProgress(stderr)}
 	if *dryRun {
 		opts = append(opts, lease.WithDryRun())
 	}
@@ -101,6 +115,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *overwrite {
 		opts = append(opts, lease.WithOverwrite())
+	}
+	if *moveBack {
+		opts = append(opts, lease.WithMoveBack())
 	}
 	if streamID != "" {
 		opts = append(opts, lease.WithKCLStreamIdentifier(streamID))
@@ -121,6 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			o.BaseEndpoint = aws.String(*endpoint)
 		}
 	})
+	opts = append(opts, lease.WithStreamCheck(kinesis.NewFromConfig(cfg)))
 	var dst lease.Store = lease.NewDynamoDB(client, *to)
 	if !*dryRun {
 		if err := dst.(*lease.DynamoDB).EnsureTable(ctx); err != nil {
@@ -144,10 +162,38 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		rep, err = imp.Crate(ctx, client, *from, *stream, legacy, dst)
 	}
 	if err != nil {
-		return err
+		return flagError(err)
 	}
 	return printReport(stdout, rep, *asJSON)
 }
+
+// optionFlags names, for each option of package lease its errors mention, the flag that sets it.
+var optionFlags = strings.NewReplacer(
+	"WithForce", "-force",
+	"WithOverwrite", "-overwrite",
+	"WithMoveBack", "-move-back",
+	"WithAtTimestamp", "-at-timestamp",
+	"WithKCLStreamIdentifier", "-stream-id",
+	"WithWatch", "-watch",
+)
+
+// flagError returns err as the command's user sees it: naming its flags, not the options of
+// package lease they set. errors.Is and errors.As still reach err.
+func flagError(err error) error {
+	msg := optionFlags.Replace(err.Error())
+	if msg == err.Error() {
+		return err
+	}
+	return &renamed{msg: msg, err: err}
+}
+
+type renamed struct {
+	msg string
+	err error
+}
+
+func (e *renamed) Error() string { return e.msg }
+func (e *renamed) Unwrap() error { return e.err }
 
 func printReport(w io.Writer, rep lease.ImportReport, asJSON bool) error {
 	if asJSON {
@@ -159,18 +205,53 @@ func printReport(w io.Writer, rep lease.ImportReport, asJSON bool) error {
 	if rep.DryRun {
 		verb = "would import"
 	}
-	fmt.Fprintf(w, "%s: stream %s: %d rows read, %s %d, %d unchanged, %d skipped\n",
-		rep.Source, rep.Stream, rep.Rows, verb, rep.Imported, rep.Unchanged, rep.Skipped)
+	fmt.Fprintf(w, "%s: stream %s: %d rows read, %s %d, %d unchanged, %d kept, %d skipped\n",
+		rep.Source, rep.Stream, rep.Rows, verb, rep.Imported, rep.Unchanged, rep.Kept, rep.Skipped)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SHARD\tACTION\tFROM\tCHECKPOINT\tSUB-SEQUENCE")
+	fmt.Fprintln(tw, "SHARD\tACTION\tSOURCE\tKINESUB NOW\tIMPORTED")
+	subs := false
 	for _, s := range rep.Shards {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", s.Shard, s.Action, s.From, s.Checkpoint.Sequence, s.Checkpoint.SubSequence)
+		from := s.From
+		if s.FromSubSequence != "" {
+			from += " sub " + s.FromSubSequence
+			subs = true
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Shard, s.Action, from, position(s.Shard, s.Current), position(s.Shard, s.Checkpoint))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if subs {
+		fmt.Fprintln(w, "SOURCE sub k: the KCL's last handled user record of an aggregate (0 for a record not aggregated); after:<shard>:<sequence>:<n>: kinesub resumes after the first n user records of that aggregate, n = k+1 (a record not aggregated is handled whole at 1 as at 0)")
+	}
+	if rep.Kept > 0 {
+		fmt.Fprintln(w, "keep: the kinesub checkpoint is ahead of the imported one, or cannot be compared with it (a subscriber has read the shard since): left as it is; -move-back replaces it")
+	}
 	printPending(w, rep.Pending)
 	return nil
+}
+
+// position writes a kinesub checkpoint as the position a subscriber opens the shard at, in the
+// form kinesub.ParsePosition reads ("-": none; SHARD_END: read to its end).
+func position(shard string, cp lease.Checkpoint) string {
+	switch seq := cp.Sequence; {
+	case seq == "":
+		return "-"
+	case seq == lease.ShardEnd:
+		return seq
+	case seq == lease.TrimHorizon:
+		return "horizon"
+	case strings.HasPrefix(seq, lease.AtTimestampPrefix):
+		ms, err := strconv.ParseInt(seq[len(lease.AtTimestampPrefix):], 10, 64)
+		if err != nil {
+			return seq
+		}
+		return "timestamp:" + time.UnixMilli(ms).UTC().Format(time.RFC3339Nano)
+	case cp.SubSequence > 0:
+		return "after:" + shard + ":" + seq + ":" + strconv.FormatInt(cp.SubSequence, 10)
+	default:
+		return "after:" + shard + ":" + seq
+	}
 }
 
 // printPending tells the operator which shards had a checkpoint prepared and not committed: the

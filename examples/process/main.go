@@ -106,7 +106,7 @@ func run() error {
 			}
 			return nil // taken: the record counts as handled, its account goes on
 		}))
-	if sig.Err() != nil { // Ctrl-C: Process returned the signal as its ctx's cause
+	if sig.Err() != nil { // SIGINT or SIGTERM: Process returned the signal as its ctx's cause
 		if err := closeSub(sub); err != nil {
 			return err
 		}

@@ -1,7 +1,7 @@
 // Command quickstart is the smallest kinesub consumer: it reads the stream "orders", keeping
 // its leases and checkpoints in the DynamoDB table "orders-leases" (created when missing),
 // prints each record and acknowledges it. Run as many instances as you like against the same
-// table: they share the stream's shards. Ctrl-C stops it cleanly.
+// table: they share the stream's shards. Ctrl-C (SIGINT) or SIGTERM stops it cleanly.
 package main
 
 import (
@@ -11,6 +11,7 @@ import (
 	"log"
 	"os"
 	"os/signal"
+	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -21,7 +22,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
@@ -36,21 +37,21 @@ func main() {
 		exit(ctx, err)
 	}
 	defer sub.Close(context.Background())
-	// The loop ends when ctx is cancelled (Ctrl-C): the subscription then writes its
-	// checkpoints, releases its leases and closes Messages.
+	// The loop ends when ctx is cancelled (Ctrl-C, or SIGTERM from an orchestrator): the
+	// subscription then writes its checkpoints, releases its leases and closes Messages.
 	for msg := range sub.Messages() {
 		fmt.Printf("%s %s\n", msg.PartitionKey(), msg.Data())
 		if err := msg.Ack(ctx); err != nil {
 			log.Print(err)
 		}
 	}
-	// Ctrl-C ends the subscription through ctx, cleanly: Messages closed once leases were released.
+	// A signal ends the subscription through ctx, cleanly: Messages closed once leases were released.
 	if err := sub.Err(); err != nil && !(errors.Is(err, kinesub.ErrSubscriptionEnded) && ctx.Err() != nil) {
 		log.Fatal(err)
 	}
 }
 
-// exit ends the program on err, with status 0 when Ctrl-C ended ctx first: the user stopped it.
+// exit ends the program on err, with status 0 when a signal ended ctx first: the user stopped it.
 func exit(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		os.Exit(0)
