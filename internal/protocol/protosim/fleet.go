@@ -2,6 +2,7 @@ package protosim
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -46,6 +47,7 @@ type event struct {
 	in     protocol.Input // evInput
 	shard  string         // evReader
 	reader int            // evReader
+	canon  string         // the explorer's canonical description, once made
 }
 
 // instance is one running machine.
@@ -157,6 +159,7 @@ type fleet struct {
 	log       *eventLog  // nil: not logged
 	readers   int
 	splits    int
+	budget    int    // the explorer's faults left on this path
 	lives     []life // every instance's life, for the goals (simulator)
 	misses    []string
 	failovers []time.Duration
@@ -546,7 +549,9 @@ func (f *fleet) handOut(slot int, inst *instance, shard string, r *reader) bool 
 	if !ok {
 		return false
 	}
-	r.pos++
+	if f.rng != nil || r.pos == r.start {
+		r.pos++ // the explorer counts one new record a holding: positions would tell states apart
+	}
 	if r.pos > f.kin.top[shard] {
 		f.kin.top[shard] = r.pos
 	}
@@ -600,7 +605,11 @@ func (f *fleet) gone(slot int, inst *instance, crashed bool) {
 	if crashed {
 		f.chk.onCrash(f, slot, inst)
 	}
-	if f.rng != nil && f.now < f.cfg.Duration+f.cfg.Quiet {
+	if f.rng == nil {
+		f.push(event{at: f.now, kind: evJoin, slot: slot})
+		return
+	}
+	if f.now < f.cfg.Duration+f.cfg.Quiet {
 		lo, hi := f.cfg.TTL/10, f.cfg.TTL
 		if !f.faulty {
 			lo, hi = time.Millisecond, f.cfg.TTL/10
@@ -609,42 +618,60 @@ func (f *fleet) gone(slot int, inst *instance, crashed bool) {
 	}
 }
 
-// String is the fleet's canonical state for the explorer: every instance's machine, the
-// table, the events on their way, the checker's memory and the time to a bucket.
-func (f *fleet) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "t%d\n", f.now/f.cfg.Bucket)
+// hash is the fleet's canonical state for the explorer, hashed: every instance's machine
+// (String) and readers, the table, the events on their way (as a multiset), the checker's
+// memory, the Kinesis side, the budget and the time to a bucket.
+func (f *fleet) hash() uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "t%d b%d s%d\n", f.now/f.cfg.Bucket, f.budget, f.splits)
 	for i, in := range f.slots {
 		if in == nil {
-			fmt.Fprintf(&b, "slot%d -\n", i)
+			fmt.Fprintf(h, "slot%d -\n", i)
 			continue
 		}
-		fmt.Fprintf(&b, "slot%d inc=%x cut=%t\n%s\n", i, in.inc, in.cut, in.core.String())
-		shards := make([]string, 0, len(in.readers))
-		for s := range in.readers {
-			shards = append(shards, s)
-		}
-		sort.Strings(shards)
-		for _, s := range shards {
+		fmt.Fprintf(h, "slot%d inc=%x cut=%t\n", i, in.inc, in.cut)
+		h.Write([]byte(in.core.String()))
+		for _, s := range sortedKeys(in.readers) {
 			r := in.readers[s]
-			fmt.Fprintf(&b, " r %s %s/%d %d..%d cp%d st%d aw%t/%d fin%t\n", s, r.tenure.Owner, r.tenure.Counter, r.start, r.pos, r.cp, r.state, r.awaiting, r.await, r.finished)
+			fmt.Fprintf(h, " r %s %s/%d %d..%d cp%d st%d aw%t/%d fin%t\n", s, r.tenure.Owner, r.tenure.Counter, r.start, r.pos, r.cp, r.state, r.awaiting, r.await, r.finished)
 		}
 	}
-	b.WriteString(f.table.String())
-	evs := make([]string, 0, len(f.queue))
-	for _, e := range f.queue {
-		evs = append(evs, f.fmtEvent(e, true))
+	var rows, evs uint64
+	for _, r := range f.table.rows {
+		if r.str == "" {
+			r.str = r.String()
+		}
+		rows += fnvString(r.str)
 	}
-	sort.Strings(evs)
-	for _, s := range evs {
-		b.WriteString(s)
-		b.WriteByte('\n')
+	for i := range f.queue {
+		e := &f.queue[i]
+		if e.canon == "" {
+			e.canon = f.fmtEvent(*e, true)
+		}
+		evs += fnvString(e.canon)
 	}
-	b.WriteString(f.chk.String())
+	fmt.Fprintf(h, "rows %x events %x\n", rows, evs)
+	h.Write([]byte(f.chk.String()))
 	for _, s := range f.kin.shards {
-		fmt.Fprintf(&b, "%s %v %t end=%d\n", s.ID, s.Parents, s.Closed, f.kin.end[s.ID])
+		fmt.Fprintf(h, "%s %v %t end=%d\n", s.ID, s.Parents, s.Closed, f.kin.end[s.ID])
 	}
-	return b.String()
+	return h.Sum64()
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func fnvString(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
 }
 
 // fmtEvent describes e; canon leaves out what does not tell states apart (sequence numbers,

@@ -26,6 +26,12 @@ type trow struct {
 	order   int64         // the last ordered checkpoint's order (counter<<32 | n); 0: none
 	indexed time.Duration // when the item entered the index (was created), true time
 	cpBy    protocol.Tenure
+	str     string // String, once made (the explorer's hash); emptied by every write
+}
+
+func (r *trow) String() string {
+	return fmt.Sprintf("%s owner=%s c=%d exp=%s cp=%s fin=%t note=%q ord=%d", r.Key, r.Owner, r.Counter,
+		fmtWall(r.Expiry), r.Checkpoint, r.Finished, r.Note, r.order)
 }
 
 func newTable() *table { return &table{rows: map[string]*trow{}} }
@@ -84,6 +90,7 @@ func (t *table) apply(op protocol.Op, sent time.Time, at, lag time.Duration) (pr
 	}
 	w := &write{op: op, existed: ok}
 	if ok {
+		r.str = ""
 		w.before, w.cpBefore = r.Row, r.cpBy
 	} else {
 		r = &trow{Row: protocol.Row{Key: op.Key}, indexed: at}
@@ -150,9 +157,8 @@ func (t *table) String() string {
 	sort.Strings(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		r := t.rows[k]
-		fmt.Fprintf(&b, "%s owner=%s c=%d exp=%s cp=%s fin=%t note=%q ord=%d\n", k, r.Owner, r.Counter,
-			fmtWall(r.Expiry), r.Checkpoint, r.Finished, r.Note, r.order)
+		b.WriteString(t.rows[k].String())
+		b.WriteByte('\n')
 	}
 	return b.String()
 }

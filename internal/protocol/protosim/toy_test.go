@@ -111,15 +111,6 @@ func (m *toy) String() string {
 	return b.String()
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func (m *toy) key(shard string) string { return m.stream + "/" + shard }
 
 func (m *toy) send(outs []protocol.Output, now time.Duration, op protocol.Op, shard string) []protocol.Output {
