@@ -13,6 +13,9 @@ import (
 // what its goals need.
 type checker struct {
 	shards map[string]*shardCheck
+	// acked is, per shard, the highest record its readers asked to checkpoint (the model's
+	// acknowledgement: a reader checkpoints only what it handed out and saw acknowledged).
+	acked map[string]int64
 
 	violations []string
 	handOuts   int
@@ -35,11 +38,16 @@ type crashCheck struct {
 	shards map[string]time.Duration // shard it read → when another holding started it (0: not yet)
 }
 
-func newChecker() *checker { return &checker{shards: map[string]*shardCheck{}} }
+func newChecker() *checker {
+	return &checker{shards: map[string]*shardCheck{}, acked: map[string]int64{}}
+}
 
 func (c *checker) clone() *checker {
-	n := &checker{shards: make(map[string]*shardCheck, len(c.shards)), handOuts: c.handOuts,
-		violations: append([]string(nil), c.violations...)}
+	n := &checker{shards: make(map[string]*shardCheck, len(c.shards)), acked: make(map[string]int64, len(c.acked)),
+		handOuts: c.handOuts, violations: append([]string(nil), c.violations...)}
+	for s, a := range c.acked {
+		n.acked[s] = a
+	}
 	for s, sc := range c.shards {
 		cs := *sc
 		cs.retired = append([]protocol.Tenure(nil), sc.retired...)
@@ -125,6 +133,10 @@ func (c *checker) onWrite(f *fleet, w *write) {
 			c.violate(f, "%s's checkpoint moved back from SHARD_END to %q (%s/%d, write %d)", shard, w.after.Checkpoint,
 				w.op.Owner, w.op.Counter, w.op.Order)
 		}
+		if p := parsePos(w.after.Checkpoint); p > c.acked[shard] {
+			c.violate(f, "%s's checkpoint set to %q (%s/%d, write %d), past the highest acknowledged record %s: records skipped",
+				shard, w.after.Checkpoint, w.op.Owner, w.op.Counter, w.op.Order, fmtAcked(c.acked[shard]))
+		}
 		t := protocol.Tenure{Owner: w.op.Owner, Counter: w.op.Counter}
 		if w.cpBefore == t && parsePos(w.after.Checkpoint) < parsePos(w.before.Checkpoint) {
 			c.violate(f, "%s's checkpoint moved back within holding %s/%d: %q to %q (write %d)", shard, t.Owner, t.Counter,
@@ -133,8 +145,26 @@ func (c *checker) onWrite(f *fleet, w *write) {
 	}
 }
 
-// onStart notes a reader started, for the failover goal.
+// onAck notes that a reader of shard asked for checkpoint cp: the records up to it were
+// handed out and acknowledged.
+func (c *checker) onAck(shard, cp string) {
+	c.acked[shard] = max(c.acked[shard], parsePos(cp))
+}
+
+func fmtAcked(p int64) string {
+	if p >= parsePos(ShardEnd) {
+		return ShardEnd
+	}
+	return fmtPos(p)
+}
+
+// onStart checks that a reader starts at or before the highest acknowledged record (a later
+// start skips records nobody acknowledged), and notes it for the failover goal.
 func (c *checker) onStart(f *fleet, slot int, o protocol.StartReading) {
+	if p := parsePos(o.Checkpoint); p > c.acked[o.Shard] {
+		c.violate(f, "i%d starts %s under %s/%d at %q, past the highest acknowledged record %s: records skipped",
+			slot, o.Shard, o.Tenure.Owner, o.Tenure.Counter, o.Checkpoint, fmtAcked(c.acked[o.Shard]))
+	}
 	for _, cr := range c.crashes {
 		if t, ok := cr.shards[o.Shard]; ok && t == 0 && f.now > cr.at {
 			cr.shards[o.Shard] = f.now
@@ -161,6 +191,9 @@ func (c *checker) String() string {
 	}
 	sort.Strings(keys)
 	var b strings.Builder
+	for _, s := range sortedKeys(c.acked) {
+		fmt.Fprintf(&b, "acked %s %d\n", s, c.acked[s])
+	}
 	for _, s := range keys {
 		sc := c.shards[s]
 		fmt.Fprintf(&b, "handed %s %s/%d retired", s, sc.latest.Owner, sc.latest.Counter)

@@ -19,4 +19,6 @@ type Core interface {
 
 // NewCore returns a fresh machine for the instance in slot (0, 1, …); each slot runs one
 // machine at a time, and a new one, joined under a new incarnation, after a crash or a Close.
-type NewCore func(slot int) Core
+// choose is the run's one seeded source, for every random choice the machine makes (nil in
+// the explorer, which makes none at random).
+type NewCore func(slot int, choose protocol.Chooser) Core

@@ -1,5 +1,6 @@
 // Package protosim drives the lease protocol's state machine (package protocol) in a fleet, on
 // one thread: a seeded simulator (Run) and an exhaustive explorer of small fleets (Explore).
+// The machine is a Core: protocol.Machine in production (Machines), or a test's own.
 //
 // Both play the machines' interpreter: they perform each store operation a Machine sends
 // against a model of the lease table with DynamoDB's semantics (table.go: conditional writes
@@ -22,6 +23,8 @@
 //     before its end. A new holding starts from the checkpoint it was given (StartReading);
 //     its first write may set the row below what an earlier holding's late writes left there,
 //     which is the one documented reset (records delivered again, never skipped);
+//   - no record skipped: a reader starts, and a checkpoint is written, at or below the highest
+//     record a reader of the shard asked to checkpoint (handed out and acknowledged);
 //   - a child shard is read only once each of its parents' rows says SHARD_END.
 //
 // and, at the end of a run that ended with a quiet spell, to its goals (reported apart, since
@@ -29,5 +32,8 @@
 // crashed instance's shards are read again within TTL + 2 s of its crash.
 //
 // Nothing here starts a goroutine or reads a clock: a run is a function of its seed, and its
-// event log's hash says so.
+// event log's hash says so. The seed feeds one math/rand/v2 PCG source, which draws every
+// latency (and so the order answers arrive in), fault, host clock and incarnation, and which the
+// machines get (NewCore's choose) for every random choice they make; the Machine itself
+// draws nothing of its own.
 package protosim

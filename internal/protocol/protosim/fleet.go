@@ -332,17 +332,27 @@ func (f *fleet) join(slot int) {
 		return
 	}
 	f.gens++
-	f.incs[slot]++
-	inc := uint64(slot+1)<<32 | uint64(f.incs[slot])
+	inc := f.incarnation(slot)
+	var choose protocol.Chooser // nil, not a nil *rand.Rand
 	if f.rng != nil {
-		inc = f.rng.Uint64()
+		choose = f.rng
 	}
-	in := &instance{core: f.cfg.NewCore(slot), gen: f.gens, inc: inc, joined: f.now, readers: map[string]*reader{}}
+	in := &instance{core: f.cfg.NewCore(slot, choose), gen: f.gens, inc: inc, joined: f.now, readers: map[string]*reader{}}
 	f.slots[slot] = in
 	f.lives = append(f.lives, life{gen: in.gen, from: f.now, to: -1})
 	f.step(slot, in, protocol.Join{Incarnation: inc})
 	f.push(event{at: f.now + f.between(time.Millisecond, 20*time.Millisecond), kind: evInput, slot: slot, gen: in.gen,
 		in: protocol.ShardsListed{Shards: f.kin.listing()}})
+}
+
+// incarnation draws the next Join's incarnation for slot: from the seeded source in the
+// simulator, counted in the explorer (so that states differ by what happened, not by a draw).
+func (f *fleet) incarnation(slot int) uint64 {
+	f.incs[slot]++
+	if f.rng != nil {
+		return f.rng.Uint64()
+	}
+	return uint64(slot+1)<<32 | uint64(f.incs[slot])
 }
 
 // input steps the instance with in, or holds it while the instance is paused.
@@ -361,6 +371,9 @@ func (f *fleet) input(slot, gen int, in protocol.Input, e event) {
 // step is one step of a machine, with what follows from its outputs.
 func (f *fleet) step(slot int, inst *instance, in protocol.Input) {
 	f.steps++
+	if c, ok := in.(protocol.Checkpointed); ok {
+		f.chk.onAck(c.Shard, c.Checkpoint)
+	}
 	now := f.hosts[slot].instant(f.now)
 	outs := inst.core.Step(now, in)
 	if f.log != nil {
@@ -399,8 +412,17 @@ func (f *fleet) step(slot int, inst *instance, in protocol.Input) {
 			}
 			f.push(event{at: at, kind: evTick, slot: slot, gen: inst.gen})
 			inst.armed, inst.armAt = f.seq, at
+		case protocol.Rejoin:
+			// The heartbeat row was taken over: join anew, under a new incarnation, at once
+			// (as the runtime does).
+			inst.inc = f.incarnation(slot)
+			f.push(event{at: f.now, kind: evInput, slot: slot, gen: inst.gen, in: protocol.Join{Incarnation: inst.inc}})
 		case protocol.Closed:
 			f.logf("i%d closed", slot)
+			f.gone(slot, inst, false)
+		case protocol.Failed:
+			// Subscribe returned the error: the process starts a new subscriber later.
+			f.logf("i%d failed: %s", slot, o.Why)
 			f.gone(slot, inst, false)
 		}
 	}

@@ -42,6 +42,9 @@ const (
 	// clock), but only on a tick: MayHandOut does not look, so after a pause it hands out past
 	// the deadline.
 	toyLateHandOut
+	// toyCheckpointAhead writes each checkpoint a few records past the one its reader asked
+	// for, as a consumer that checkpoints on hand-out rather than on acknowledgement does.
+	toyCheckpointAhead
 )
 
 type toyHolding struct {
@@ -61,7 +64,7 @@ type toyOp struct {
 }
 
 func newToy(mode toyMode, stream string, ttl time.Duration) NewCore {
-	return func(slot int) Core {
+	return func(slot int, _ protocol.Chooser) Core {
 		return &toy{mode: mode, slot: slot, stream: stream, ttl: ttl, finished: map[string]bool{},
 			held: map[string]*toyHolding{}, ops: map[protocol.OpID]toyOp{}}
 	}
@@ -151,8 +154,12 @@ func (m *toy) Step(now protocol.Instant, in protocol.Input) []protocol.Output {
 	case protocol.Checkpointed:
 		if h := m.held[in.Shard]; h != nil && h.reading {
 			h.order++
+			cp := in.Checkpoint
+			if m.mode == toyCheckpointAhead && cp != ShardEnd {
+				cp = fmtPos(parsePos(cp) + 3)
+			}
 			outs = m.send(outs, now.Mono, protocol.Op{Kind: protocol.OpCheckpoint, Key: m.key(in.Shard), Owner: m.owner,
-				Counter: h.counter, Checkpoint: in.Checkpoint, Finished: in.Finished, Order: h.order}, "")
+				Counter: h.counter, Checkpoint: cp, Finished: in.Finished, Order: h.order}, "")
 		}
 	case protocol.ReaderStopped:
 		if h := m.held[in.Shard]; h != nil {
@@ -230,7 +237,7 @@ func (m *toy) tick(outs []protocol.Output, now time.Duration) []protocol.Output 
 			continue
 		}
 		ttl := time.Duration(0)
-		if m.mode != toySafe {
+		if m.mode == toyNoDeadline || m.mode == toyLateHandOut {
 			ttl = m.ttl
 		}
 		outs = m.send(outs, now, protocol.Op{Kind: protocol.OpAcquire, Key: m.key(s.ID), Owner: m.owner, TTL: ttl}, s.ID)
