@@ -9,7 +9,8 @@ import (
 // Core is the state machine a simulated instance runs: protocol.Machine (see Machine), or a
 // test's own. Step and MayHandOut are protocol.Machine's; Clone returns an independent copy
 // (the explorer branches with it), String a canonical dump of the state (the explorer dedups
-// states by it).
+// states by it). MayHandOut must leave the state as it was: the explorer shares one core
+// between branches until one of them steps it.
 type Core interface {
 	Step(now protocol.Instant, in protocol.Input) []protocol.Output
 	MayHandOut(now time.Duration, shard string) (protocol.Tenure, bool)

@@ -53,6 +53,8 @@ type event struct {
 // instance is one running machine.
 type instance struct {
 	core    Core
+	shared  bool   // core is shared with a clone of the fleet: copy it before a step
+	str     string // core.String(), once made since its last step (the explorer's hash)
 	gen     int
 	inc     uint64
 	joined  time.Duration
@@ -184,8 +186,9 @@ func (f *fleet) clone() *fleet {
 		if in == nil {
 			continue
 		}
+		// The cores are copied on their next step only: most choices step one instance.
+		in.shared = true
 		ci := *in
-		ci.core = in.core.Clone()
 		ci.queue = append([]event(nil), in.queue...)
 		ci.readers = make(map[string]*reader, len(in.readers))
 		for s, r := range in.readers {
@@ -375,6 +378,10 @@ func (f *fleet) step(slot int, inst *instance, in protocol.Input) {
 		f.chk.onAck(c.Shard, c.Checkpoint)
 	}
 	now := f.hosts[slot].instant(f.now)
+	if inst.shared {
+		inst.core, inst.shared = inst.core.Clone(), false
+	}
+	inst.str = ""
 	outs := inst.core.Step(now, in)
 	if f.log != nil {
 		f.logf("i%d.%x %s -> %s", slot, inst.inc&0xffff, fmtInput(in), fmtOutputs(outs))
@@ -652,7 +659,10 @@ func (f *fleet) hash() uint64 {
 			continue
 		}
 		fmt.Fprintf(h, "slot%d inc=%x cut=%t\n", i, in.inc, in.cut)
-		h.Write([]byte(in.core.String()))
+		if in.str == "" {
+			in.str = in.core.String()
+		}
+		h.Write([]byte(in.str))
 		for _, s := range sortedKeys(in.readers) {
 			r := in.readers[s]
 			fmt.Fprintf(h, " r %s %s/%d %d..%d cp%d st%d aw%t/%d fin%t\n", s, r.tenure.Owner, r.tenure.Counter, r.start, r.pos, r.cp, r.state, r.awaiting, r.await, r.finished)
