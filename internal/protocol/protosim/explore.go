@@ -13,10 +13,16 @@ type ExploreConfig struct {
 	// Depth bounds the choices on a path from the root.
 	Depth int
 	// Faults is each path's budget of faults: an answer lost, a write answered Unknown and
-	// applied late (or never), an instance crashed, closed or cut off the store (until a free
-	// choice reconnects it), a hand-back, a split. Pauses need no budget: nothing forces a
-	// delivery, so every instance may stand still while the others go on.
+	// applied late (or never), an instance crashed, closed, paused or cut off the store (until
+	// a free choice reconnects it), a hand-back, a split. Short pauses need no budget: nothing
+	// forces a delivery, so every instance may stand still while the others go on; a long one
+	// (Pauses) is one choice that runs the others in time order meanwhile.
 	Faults int
+	// Advances are the spells of time a free choice may let pass at once, every event due
+	// meanwhile run in the order of its instant (so that a path reaches a lease's expiry, a
+	// reap or a steal in a few choices); Pauses those one instance may stand still while the
+	// others run so. Nil: none.
+	Advances, Pauses []time.Duration
 	// Prefix runs the fleet this many events in order of their instants, with no fault,
 	// before the search begins (0: from the start, every instance yet to join).
 	Prefix int
@@ -56,6 +62,7 @@ type choice struct {
 	event int // the queue's index, for the choices that take an event
 	slot  int
 	shard string
+	d     time.Duration // chAdvance, chPause
 }
 
 type choiceKind uint8
@@ -72,6 +79,8 @@ const (
 	chHandBack                         // hand the shard back
 	chCheckpoint                       // the shard's reader asks for a checkpoint
 	chSplit                            // split the first open shard
+	chAdvance                          // let d pass, running what falls due in order
+	chPause                            // the same, the slot standing still meanwhile
 )
 
 // Explore searches every order of deliveries, ticks and faults of cfg's fleet up to its depth
@@ -88,6 +97,7 @@ func Explore(cfg ExploreConfig) *ExploreResult {
 		root.hosts[i].offset = time.Duration(sign) * cfg.Offset
 	}
 	root.budget = cfg.Faults
+	root.advances, root.pauses = cfg.Advances, cfg.Pauses
 	for i := range cfg.Instances {
 		root.push(event{kind: evJoin, slot: i})
 	}
@@ -100,7 +110,7 @@ func Explore(cfg ExploreConfig) *ExploreResult {
 		}
 		prefix = append(prefix, root.fmtEvent(root.queue[0], false))
 		root.run(root.take(0))
-		root.sample()
+		root.sample(-1)
 		if len(root.chk.violations) > 0 {
 			res.Violation, res.Trace = root.chk.violations[0], prefix
 			return res
@@ -222,6 +232,19 @@ func (f *fleet) choices() []choice {
 	if f.budget > 0 && f.splits < f.cfg.Splits {
 		out = append(out, choice{what: chSplit})
 	}
+	for _, d := range f.advances {
+		out = append(out, choice{what: chAdvance, slot: -1, d: d})
+	}
+	if f.budget > 0 {
+		for slot, in := range f.slots {
+			if in == nil {
+				continue
+			}
+			for _, d := range f.pauses {
+				out = append(out, choice{what: chPause, slot: slot, d: d})
+			}
+		}
+	}
 	return out
 }
 
@@ -231,6 +254,10 @@ func (f *fleet) describe(c choice) string {
 		return fmt.Sprintf("%s %s", [...]string{chRun: "run", chLost: "lose the answer of", chLate: "answer Unknown, apply later:", chRefuse: "refuse"}[c.what], f.fmtEvent(f.queue[c.event], false))
 	case chSplit:
 		return "split"
+	case chAdvance:
+		return fmt.Sprintf("let %v pass", c.d)
+	case chPause:
+		return fmt.Sprintf("pause i%d for %v", c.slot, c.d)
 	}
 	return fmt.Sprintf("%s i%d %s", [...]string{chCrash: "crash", chClose: "close", chCut: "cut", chUncut: "uncut", chHandBack: "hand back", chCheckpoint: "checkpoint"}[c.what], c.slot, c.shard)
 }
@@ -285,16 +312,49 @@ func (f *fleet) do(c choice) {
 	case chSplit:
 		f.budget--
 		f.splitFirst()
+	case chAdvance:
+		f.advance(f.now+c.d, -1)
+	case chPause:
+		f.budget--
+		f.advance(f.now+c.d, c.slot)
 	}
-	f.sample()
+	f.sample(-1)
 	f.prune()
 }
 
+// advance runs the events due up to until in the order of their instants, with no fault, and
+// moves time there; the inputs, ticks and reader turns of slot paused (-1: none) wait (its
+// writes on their way still land), to be chosen once the pause ends.
+func (f *fleet) advance(until time.Duration, paused int) {
+	for len(f.chk.violations) == 0 {
+		f.prune()
+		next := -1
+		for i := range f.queue {
+			e := &f.queue[i]
+			if e.at > until || e.slot == paused && e.kind != evApply && e.kind != evJoin {
+				continue
+			}
+			if next < 0 || f.less(i, next) {
+				next = i
+			}
+		}
+		if next < 0 {
+			break
+		}
+		f.run(f.take(next))
+		f.sample(paused)
+	}
+	if until > f.now {
+		f.now = until
+		f.events++
+	}
+}
+
 // sample asks every reader whether it may hand a record out now (the explorer's hand-outs:
-// each reader hands out whenever its machine says it may).
-func (f *fleet) sample() {
+// each reader hands out whenever its machine says it may), but those of slot paused (-1: none).
+func (f *fleet) sample(paused int) {
 	for slot, in := range f.slots {
-		if in == nil {
+		if in == nil || slot == paused {
 			continue
 		}
 		for _, s := range sortedKeys(in.readers) {

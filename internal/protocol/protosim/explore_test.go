@@ -43,6 +43,13 @@ func explore(t *testing.T, cfg ExploreConfig) *ExploreResult {
 // exploreCase is one bounded search.
 type exploreCase struct {
 	instances, shards, depth, faults, prefix int
+	timed                                    bool // time may pass at once, and instances pause long
+}
+
+// timed lets a search's choices pass TTL/3 at once, and pause an instance for TTL/2 or a TTL
+// meanwhile: long enough for a renewal, a reap or a steal to fall in them.
+func timed(cfg *ExploreConfig) {
+	cfg.Advances, cfg.Pauses = []time.Duration{cfg.TTL / 3}, []time.Duration{cfg.TTL / 2, cfg.TTL}
 }
 
 // TestExploreMachine searches every order of deliveries, ticks and faults of small fleets of
@@ -52,13 +59,13 @@ type exploreCase struct {
 // .depth, .faults, .prefix, .states).
 func TestExploreMachine(t *testing.T) {
 	cases := []exploreCase{
-		{2, 1, 9, 1, 0},   // the joins and first claims racing
-		{2, 1, 5, 2, 40},  // two faults on a fleet reading its one shard
-		{2, 2, 5, 1, 80},  // both shards read
-		{3, 2, 4, 1, 110}, // both shards read, an instance idle
+		{2, 1, 8, 1, 0, false},  // the joins and first claims racing
+		{2, 1, 5, 1, 40, true},  // a fleet reading its one shard
+		{2, 2, 4, 1, 80, true},  // both shards read
+		{3, 2, 4, 1, 110, true}, // both shards read, an instance idle
 	}
 	if *exploreInstances > 0 {
-		c := exploreCase{instances: *exploreInstances, shards: max(*exploreShards, 1), depth: 8, faults: 1, prefix: 80}
+		c := exploreCase{instances: *exploreInstances, shards: max(*exploreShards, 1), depth: 8, faults: 1, prefix: 80, timed: true}
 		if *explorePrefix >= 0 {
 			c.prefix = *explorePrefix
 		}
@@ -68,6 +75,9 @@ func TestExploreMachine(t *testing.T) {
 	for _, tc := range cases {
 		cfg := exploreConfig(Machines("s", 3*time.Second), tc.instances, tc.shards, tc.depth, tc.faults)
 		cfg.Prefix = tc.prefix
+		if tc.timed {
+			timed(&cfg)
+		}
 		r := explore(t, cfg)
 		if r.Violation != "" {
 			t.Fatalf("%v\ntrace:\n%s\nlog:\n%s", r, strings.Join(r.Trace, "\n"), r.Log)
@@ -81,8 +91,8 @@ func TestExploreMachine(t *testing.T) {
 
 func TestExploreToy(t *testing.T) {
 	for _, tc := range []exploreCase{
-		{2, 1, 8, 1, 0},
-		{3, 2, 5, 1, 40},
+		{2, 1, 8, 1, 0, false},
+		{3, 2, 5, 1, 40, false},
 	} {
 		cfg := exploreConfig(newToy(toySafe, "s", 3e9), tc.instances, tc.shards, tc.depth, tc.faults)
 		cfg.Prefix = tc.prefix

@@ -161,8 +161,10 @@ type fleet struct {
 	log       *eventLog  // nil: not logged
 	readers   int
 	splits    int
-	budget    int    // the explorer's faults left on this path
-	lives     []life // every instance's life, for the goals (simulator)
+	budget    int             // the explorer's faults left on this path
+	advances  []time.Duration // the explorer's spells of time let pass at once
+	pauses    []time.Duration // and of an instance paused meanwhile
+	lives     []life          // every instance's life, for the goals (simulator)
 	misses    []string
 	failovers []time.Duration
 	steps     int // machine steps
