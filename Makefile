@@ -63,12 +63,13 @@ sim:
 # choices on a path, EXPLORE_FAULTS per path, EXPLORE_PREFIX events run in order first, and
 # EXPLORE_STATES to stop after that many states (0: none). Its choices include letting TTL/3
 # pass at once and pausing an instance for TTL/2 or a TTL. It prints the states explored; the
-# default takes minutes, each more depth or fault many times as long.
+# default (about 250,000 states) takes a minute or two, each level or fault more many times as
+# long.
 EXPLORE_INSTANCES ?= 2
 EXPLORE_SHARDS ?= 1
-EXPLORE_DEPTH ?= 6
-EXPLORE_FAULTS ?= 1
-EXPLORE_PREFIX ?= 80
+EXPLORE_DEPTH ?= 5
+EXPLORE_FAULTS ?= 2
+EXPLORE_PREFIX ?= 40
 EXPLORE_STATES ?= 0
 explore:
 	GOGC=400 $(GO) test -count=1 -timeout 0 -run 'TestExploreMachine$$' -v ./internal/protocol/protosim \

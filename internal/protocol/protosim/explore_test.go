@@ -14,7 +14,7 @@ var (
 	exploreStates    = flag.Int("protosim.states", 0, "TestExplore*: stop a search after this many states (0: no bound)")
 	exploreInstances = flag.Int("protosim.instances", 0, "TestExploreMachine: one search of this many instances (2–3) instead of the test's own")
 	exploreShards    = flag.Int("protosim.shards", 0, "TestExploreMachine: with -protosim.instances, this many shards (default 1)")
-	explorePrefix    = flag.Int("protosim.prefix", -1, "TestExploreMachine: with -protosim.instances, events run in order before the search (default 80)")
+	explorePrefix    = flag.Int("protosim.prefix", -1, "TestExploreMachine: with -protosim.instances, events run in order before the search (default 40)")
 )
 
 func exploreConfig(newCore NewCore, instances, shards, depth, faults int) ExploreConfig {
@@ -65,7 +65,7 @@ func TestExploreMachine(t *testing.T) {
 		{3, 2, 4, 1, 110, true}, // both shards read, an instance idle
 	}
 	if *exploreInstances > 0 {
-		c := exploreCase{instances: *exploreInstances, shards: max(*exploreShards, 1), depth: 8, faults: 1, prefix: 80, timed: true}
+		c := exploreCase{instances: *exploreInstances, shards: max(*exploreShards, 1), depth: 5, faults: 2, prefix: 40, timed: true}
 		if *explorePrefix >= 0 {
 			c.prefix = *explorePrefix
 		}
@@ -73,6 +73,9 @@ func TestExploreMachine(t *testing.T) {
 	}
 	states, transitions := 0, 0
 	for _, tc := range cases {
+		if raceDetector && *exploreInstances == 0 {
+			tc.depth--
+		}
 		cfg := exploreConfig(Machines("s", 3*time.Second), tc.instances, tc.shards, tc.depth, tc.faults)
 		cfg.Prefix = tc.prefix
 		if tc.timed {
@@ -94,6 +97,9 @@ func TestExploreToy(t *testing.T) {
 		{2, 1, 8, 1, 0, false},
 		{3, 2, 5, 1, 40, false},
 	} {
+		if raceDetector {
+			tc.depth--
+		}
 		cfg := exploreConfig(newToy(toySafe, "s", 3e9), tc.instances, tc.shards, tc.depth, tc.faults)
 		cfg.Prefix = tc.prefix
 		if r := explore(t, cfg); r.Violation != "" {
