@@ -4,7 +4,8 @@
 // instant it wants to be stepped at. It starts no goroutine, reads no clock, draws no random
 // number of its own and takes no context, so a single-threaded simulator replays a run exactly
 // from its seed, and a search can explore every order of answers and ticks of a small fleet
-// (Machine.Clone, Machine.String). Tests hold it to that (purity_test.go).
+// (Machine.Clone, Machine.String): package protosim does both. Tests hold it to that
+// (purity_test.go).
 //
 // The runtime (the root package) is its interpreter: it performs each operation against the
 // lease.Store and feeds the answer back as an Answered input.

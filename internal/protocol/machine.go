@@ -77,7 +77,8 @@ type Machine struct {
 	closeOuts  int                      // releases in flight (Close waits for them)
 	dropCount  int64                    // Close: the heartbeat row's counter the release is at
 	armedAt    time.Duration            // the last Arm sent; -1: none
-	stoppedWhy string
+	stoppedWhy string                   // why the Machine stopped, or why the last join failed
+	rejoins    int                      // joins anew after the heartbeat row was taken over
 }
 
 // roundResult is what the last claim round saw, for the claim tick (watch, in the root).
@@ -168,11 +169,11 @@ func (m *Machine) Step(now Instant, in Input) []Output {
 }
 
 // MayHandOut reports whether a record of shard may be handed out at now (monotonic), and under
-// which holding: the shard is read here (or drains after a hand-back) under that holding and
-// the deadline has not passed.
+// which holding: the shard is read here (or drains after a hand-back, its reader not stopped
+// yet) under that holding and the deadline has not passed.
 func (m *Machine) MayHandOut(now time.Duration, shard string) (Tenure, bool) {
 	h := m.held[shard]
-	if h == nil || h.state != LocalReading && h.state != LocalDraining || !m.d.MayHandOut(at(now)) {
+	if h == nil || h.state != LocalReading && h.state != LocalDraining || h.stopped || h.releasing || !m.d.MayHandOut(at(now)) {
 		return Tenure{}, false
 	}
 	return h.tenure, true
@@ -204,7 +205,7 @@ func (m *Machine) arm(out []Output) []Output {
 			next = t
 		}
 	}
-	if m.phase == phaseJoined || m.phase == phaseClosing {
+	if m.phase == phaseJoined || m.phase == phaseClosing || m.phase == phaseRejoining && m.stoppedWhy != "" {
 		want(m.nextRenew)
 	}
 	if m.phase == phaseJoined {
@@ -243,6 +244,10 @@ func (m *Machine) tick(out []Output) []Output {
 		if m.phase == phaseJoined {
 			out = m.confirm(out)
 		}
+	}
+	if m.phase == phaseRejoining && m.stoppedWhy != "" && now >= m.nextRenew {
+		m.stoppedWhy = ""
+		out = append(out, Rejoin{}) // the last join anew failed: another, under a new name
 	}
 	out = m.checkDeadline(out)
 	if m.phase != phaseJoined {
@@ -328,11 +333,12 @@ func (m *Machine) lose(out []Output, id, why string) []Output {
 }
 
 // ended forgets shard id, whose life here is over, and reads the table again (as the root's
-// coordinator does when a shard's life ends).
+// coordinator does when a shard's life ends); closing, the heartbeat row is dropped once the
+// last shard's life ended.
 func (m *Machine) ended(out []Output, id string) []Output {
 	delete(m.held, id)
 	m.endedAt[id] = m.now.Mono
-	return m.startRound(out, false)
+	return m.closeIfDrained(m.startRound(out, false))
 }
 
 func sortedKeys[V any](mp map[string]V) []string {
@@ -410,7 +416,7 @@ func (m *Machine) String() string {
 	w("deadline", tm(m.d.beatSent), tm(m.d.attempted), tm(m.d.confirmed), i64(m.d.verified), bl(m.d.passed), bl(m.d.resigned), tm(m.d.until))
 	w("timers", d(m.nextRenew), d(m.nextClaim), d(m.nextBalance), bl(m.renewing), bl(m.confirming), bl(m.checking), d(m.armedAt))
 	w("last_round", strconv.Itoa(m.roundSeq), bl(m.lastRound.read), i64(m.lastRound.change), bl(m.lastRound.hungry), "again", bl(m.again), bl(m.againBal))
-	w("join", d(m.joinSent), "close", strconv.Itoa(m.closeOuts), i64(m.dropCount), strconv.Quote(m.stoppedWhy))
+	w("join", d(m.joinSent), strconv.Itoa(m.rejoins), "close", strconv.Itoa(m.closeOuts), i64(m.dropCount), strconv.Quote(m.stoppedWhy))
 	for _, o := range sortedKeys(m.peers.Seen) {
 		s := m.peers.Seen[o]
 		w("peer", strconv.Quote(o), rowString(s.Row), tm(s.Since), tm(s.Read), bl(s.Missed), tm(s.First))

@@ -56,8 +56,16 @@ func (m *Machine) joinAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 	return m.startRound(out, false)
 }
 
-// fail stops the Machine for good.
+// fail stops the Machine for good when its first join could not be made (Subscribe returns
+// the error); a join anew is tried again at the next renewal tick, as the runtime does.
 func (m *Machine) fail(out []Output, why string) []Output {
+	if m.rejoins > 0 {
+		m.phase = phaseRejoining
+		m.name = ""
+		m.nextRenew = m.now.Mono + RenewEvery(m.cfg.TTL)
+		m.stoppedWhy = why
+		return out
+	}
 	m.phase = phaseClosed
 	m.stoppedWhy = why
 	return append(out, Failed{Why: why})
@@ -106,6 +114,7 @@ func (m *Machine) renewAnswered(out []Output, c *opCtx, oc Outcome, row Row) []O
 		}
 		m.phase = phaseRejoining
 		m.name = ""
+		m.rejoins++
 		m.round, m.again, m.againBal = nil, false, false
 		m.renewing, m.confirming, m.checking = false, false, false
 		return append(out, Rejoin{})

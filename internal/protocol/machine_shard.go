@@ -175,7 +175,7 @@ func (m *Machine) readerStopped(out []Output, in ReaderStopped) []Output {
 	case in.Finished:
 		h.finished, h.state = true, LocalEnded
 	case h.state != LocalDraining:
-		return m.closeIfDrained(m.ended(out, in.Shard))
+		return m.ended(out, in.Shard)
 	}
 	return m.maybeRelease(out, in.Shard, h)
 }

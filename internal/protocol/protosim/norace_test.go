@@ -1,0 +1,5 @@
+//go:build !race
+
+package protosim
+
+const raceDetector = false
