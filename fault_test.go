@@ -402,7 +402,9 @@ func TestLostLeaseViaStoreThrottling(t *testing.T) {
 		case m := <-sub.Messages():
 			got++
 			oc.see(t, m)
-			require.NoError(t, m.Ack(context.Background()))
+			if err := m.Ack(context.Background()); !errors.Is(err, ErrAckedLate) { // the lease lost meanwhile: it comes again
+				require.NoError(t, err)
+			}
 		case <-tick.C:
 		case <-deadline:
 			t.Fatalf("leases not given up a minute into the outage: %v", errs.summary())
