@@ -7,8 +7,11 @@
 // (Machine.Clone, Machine.String): package protosim does both. Tests hold it to that
 // (purity_test.go).
 //
-// The runtime (the root package) is its interpreter: it performs each operation against the
-// lease.Store and feeds the answer back as an Answered input.
+// An interpreter performs each operation against the lease store and feeds the answer back as
+// an Answered input. Today protosim is the Machine's only interpreter: the runtime (the root
+// package) calls the core's pure pieces and performs the rest itself (below). docs/leases.md,
+// "The protocol as a state machine, checked step by step", walks the safety argument through
+// the Machine's functions.
 //
 // # What the core decides
 //
