@@ -320,6 +320,10 @@ func (f *fleet) run(e event) {
 		if in == nil || in.armed != e.seq {
 			return
 		}
+		if in.paused { // held, still armed: stepped when the pause ends
+			in.queue = append(in.queue, e)
+			return
+		}
 		in.armed = 0
 		f.input(e.slot, e.gen, protocol.Tick{}, e)
 	case evReader:
