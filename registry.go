@@ -39,6 +39,7 @@ type shardInfo struct {
 	id      string
 	parents []string
 	closed  bool
+	keys    *keyRange // its hash-key range; nil when the listing gave none in the service's form
 }
 
 func newShardTable(startAt *Position, now time.Time) *shardTable {
@@ -118,6 +119,9 @@ func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) 
 	}
 	w.start = t.startInput(w.id, cp, initial)
 	w.startCkpt = w.start.kind == posAfter
+	if k := t.listing[w.id].keys; k != nil && !k.whole() {
+		w.keys = k
+	}
 	t.workers[w.id] = w
 	delete(t.waiting, w.id)
 	return true, false
