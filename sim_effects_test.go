@@ -37,9 +37,10 @@ import (
 //   - deadletter: about one record in 16 fails its handler every time: Process dead-letters it
 //     after 3 attempts through the sink's DeadLetter (the other consumers skip it at once);
 //     once the fleet settled, two in three parked records are redriven, the others left;
-//   - epoch: midway, the fleet is stopped and started again reading the stream from its start
-//     (WithStartAt) in a new epoch, which its sink gives every record (WithEpoch): every
-//     record's effect is owed once more;
+//   - epoch: midway, the fleet is stopped, every checkpoint set to the stream's start (an
+//     operator's rewind, which a crash cannot undo as it can a subscriber's own Seek or
+//     WithStartAt before a checkpoint is written) and the fleet started again in a new epoch,
+//     which its sink gives every record (WithEpoch): every record's effect is owed once more;
 //   - leasetable: midway, the fleet is stopped and started again on a new, empty lease table
 //     under a new name for the sink (WithLeaseTable): lease counters start afresh, records are
 //     read again from the start and must be answered as replays, and nothing may stall.
@@ -103,9 +104,8 @@ type simEffects struct {
 	sink *sim.Sink
 
 	// Set by the run's event, which holds every slot's mu; read by starts, under their slot's.
-	epoch   int64  // the sink's epoch for records read by runs started from now on
-	leases  string // the lease table's name the sink compares holdings within
-	startAt bool   // runs started now read the stream from its start
+	epoch  int64  // the sink's epoch for records read by runs started from now on
+	leases string // the lease table's name the sink compares holdings within
 
 	mu         sync.Mutex
 	parked     []sim.SinkRecord // dead letters, in the order parked
@@ -361,13 +361,16 @@ func (fx *simEffects) event(f *simFleet, cl *kinesis.Client) *simHashRange {
 		return fx.split(f, cl)
 	case "epoch":
 		f.logf("the fleet stops, and starts again from the stream's start in epoch %d", fx.epoch+1)
-		fx.restartFleet(f, true, func() {
+		fx.restartFleet(f, func() {
+			f.table.Settle() // the late writes of the stopped runs land first
+			n := f.table.ResetCheckpoints(f.stream+"/", lease.Checkpoint{Sequence: lease.TrimHorizon})
+			f.logf("%d checkpoints set to the stream's start", n)
 			fx.epoch++
 			fx.sink.Raise(fx.epoch)
 		})
 	case "leasetable":
 		f.logf("the fleet stops, and starts again on a new lease table")
-		fx.restartFleet(f, false, func() {
+		fx.restartFleet(f, func() {
 			old := f.table
 			old.Settle() // the late writes of the stopped runs land in the old table
 			nt := sim.NewTable()
@@ -454,9 +457,9 @@ func (fx *simEffects) putMisrouted(f *simFleet, cl *kinesis.Client, keys, hashes
 }
 
 // restartFleet stops every running instance cleanly, makes change, and starts every slot
-// again (from the stream's start when startAt), holding every slot's mu throughout: no crash,
-// close or restart of the fleet's own interleaves.
-func (fx *simEffects) restartFleet(f *simFleet, startAt bool, change func()) {
+// again, holding every slot's mu throughout: no crash, close or restart of the fleet's own
+// interleaves.
+func (fx *simEffects) restartFleet(f *simFleet, change func()) {
 	for _, in := range f.slots {
 		in.mu.Lock()
 	}
@@ -482,17 +485,11 @@ func (fx *simEffects) restartFleet(f *simFleet, startAt bool, change func()) {
 		f.mu.Unlock()
 	}
 	change()
-	fx.startAt = startAt
 	for _, in := range f.slots {
-		if in.over {
-			continue
+		if !in.over {
+			in.start()
 		}
-		if startAt {
-			f.check.Rewound(in.name)
-		}
-		in.start()
 	}
-	fx.startAt = false
 }
 
 // simEffectSums sums one kind's effect runs.

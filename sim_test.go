@@ -353,9 +353,6 @@ func (in *simInstance) start() {
 		WithShardSyncInterval(2 * time.Second), WithCheckpointInterval(checkpointEvery),
 		WithRequestTimeout(time.Second), WithInitialPosition(Horizon()), withProbes(pr), WithMaxInFlight(r.maxInFlight),
 	}
-	if f.fx != nil && f.fx.startAt {
-		opts = append(opts, WithStartAt(Horizon()))
-	}
 	if *simTrace && !*simNoLog {
 		opts = append(opts, WithLogger(slog.New(slog.NewTextHandler(simLogW{f, in.name}, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
@@ -381,9 +378,7 @@ func (in *simInstance) start() {
 	}
 	f.running[r] = time.Now()
 	f.mu.Unlock()
-	if f.fx == nil || !f.fx.startAt {
-		f.check.Restarted(in.name)
-	}
+	f.check.Restarted(in.name)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop, r.done = cancel, make(chan struct{})
 	in.cur = r
