@@ -272,3 +272,55 @@ func TestKPLOutsideShardRangeDropped(t *testing.T) {
 	}
 	none(t, sub)
 }
+
+// TestPublishAggregatedKeyAcrossShards: records of one partition key whose explicit hash keys
+// place them in two shards are aggregated per shard, never together: a reader drops a user
+// record stored outside its shard's range, so an aggregate of both would lose half of them.
+// Every record is delivered, each from the shard its hash key names.
+func TestPublishAggregatedKeyAcrossShards(t *testing.T) {
+	s := newStream(t, 2)
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	low, high := "1", new(big.Int).Add(mid, big.NewInt(1)).String()
+	p, err := NewPublisher(s.c, s.name, WithPublishAggregation(true))
+	require.NoError(t, err)
+	var recs []Record
+	want := map[string]bool{}
+	for i := range 40 {
+		r := Record{PartitionKey: "k", ExplicitHashKey: low, Data: fmt.Appendf(nil, "k/%d", i)}
+		if i%2 == 1 {
+			r.ExplicitHashKey = high
+		}
+		recs = append(recs, r, Record{PartitionKey: "j", Data: fmt.Appendf(nil, "j/%d", i)})
+		want[fmt.Sprintf("k/%d", i)], want[fmt.Sprintf("j/%d", i)] = true, true
+	}
+	require.NoError(t, p.PublishBatch(t.Context(), recs))
+	require.NoError(t, p.PublishBatch(t.Context(), []Record{
+		{PartitionKey: "end-low", ExplicitHashKey: "0", Data: []byte("end-low")},
+		{PartitionKey: "end-high", ExplicitHashKey: new(big.Int).Sub(new(big.Int).Lsh(mid, 1), big.NewInt(1)).String(), Data: []byte("end-high")},
+	}))
+
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	got := map[string]bool{}
+	shardOf := map[string]string{}
+	deadline := time.After(time.Minute)
+	for shardOf["end-low"] == "" || shardOf["end-high"] == "" {
+		select {
+		case m, ok := <-sub.Messages():
+			require.True(t, ok, "Messages closed: %v", sub.Err())
+			require.NoError(t, m.Ack(t.Context()))
+			got[string(m.Data())], shardOf[string(m.Data())] = true, m.ShardID()
+		case <-deadline:
+			t.Fatalf("the closing records were not delivered within a minute; got %d records", len(got))
+		}
+	}
+	delete(got, "end-low")
+	delete(got, "end-high")
+	require.Equal(t, want, got)
+	for i := range 40 {
+		end := "end-low"
+		if i%2 == 1 {
+			end = "end-high"
+		}
+		require.Equal(t, shardOf[end], shardOf[fmt.Sprintf("k/%d", i)], "k/%d", i)
+	}
+}
