@@ -37,7 +37,9 @@ endef
 # the last release's (api/).
 #
 # TestSimulation (sim_test.go) runs the fleet simulation: its default 16 seeds under the race
-# detector with the rest, then SIM_SEEDS more without it, where a seed costs a tenth as much.
+# detector with the rest, then SIM_SEEDS more without it, where a seed costs a tenth as much;
+# -run TestSimulation runs as many of its effect runs through the modelled sink
+# (TestSimulationEffects, sim_effects_test.go), each about ten times as costly.
 SIM_SEEDS ?= 300
 test: vet-modules apicheck
 	$(call with-emulators, $(GO) vet ./... && $(GO) test -race -count=1 -timeout 12m ./... && \
@@ -54,7 +56,7 @@ test: vet-modules apicheck
 sim: SIM_SEEDS = 10000
 SIM_FIRST ?= 1
 sim:
-	GOGC=400 $(GO) test -count=1 -timeout 60m -run TestSimulation -sim.first=$(SIM_FIRST) -sim.seeds=$(SIM_SEEDS) -sim.open $(SIMFLAGS) -v . | \
+	GOGC=400 $(GO) test -count=1 -timeout 150m -run TestSimulation -sim.first=$(SIM_FIRST) -sim.seeds=$(SIM_SEEDS) -sim.open $(SIMFLAGS) -v . | \
 	grep -v -e '^=== ' -e '^    --- PASS' -e '^--- PASS'; exit $${PIPESTATUS[0]}
 
 # explore searches every order of deliveries, ticks and faults of one small fleet of the lease

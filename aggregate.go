@@ -33,22 +33,36 @@ func isAggregated(data []byte) bool { return bytes.HasPrefix(data, aggregatedMag
 //	  optional string value = 2;
 //	}
 //
-// kinesub delivers each user record as its own Message. The subset of protobuf needed is
-// decoded here rather than through a protobuf dependency. What a protobuf decoder refuses is
-// refused here too (an invalid field number, a record or tag without its required fields),
-// so kinesub and other deaggregators agree on which aggregates are malformed; groups, which the
-// schema has none of and no KPL writes, are refused as well rather than skipped.
+// kinesub delivers each user record as its own Message, but for those whose hash key lies
+// outside the range of the shard the aggregate is stored in (reader.go). The subset of
+// protobuf needed is decoded here rather than through a protobuf dependency. What a protobuf
+// decoder refuses is refused here too (an invalid field number, a record or tag without its
+// required fields), so kinesub and other deaggregators agree on which aggregates are
+// malformed; groups, which the schema has none of and no KPL writes, are refused as well
+// rather than skipped.
 
 // subRecord is one user record of an aggregated record.
 type subRecord struct {
-	partitionKey string
-	data         []byte // a sub-slice of the aggregated record's data
+	partitionKey    string
+	data            []byte // a sub-slice of the aggregated record's data
+	explicitHashKey string // "" when the user record has none
+}
+
+// hashKey is the user record's hash key: its explicit hash key, or else its partition key's
+// (the key the service would have placed it by, had it been put on its own).
+func (r *subRecord) hashKey() hashKey {
+	if r.explicitHashKey != "" {
+		h, _ := parseHashKey(r.explicitHashKey) // deaggregate checked it
+		return h
+	}
+	return partitionHash(r.partitionKey)
 }
 
 var errMalformedAggregate = errors.New("malformed KPL aggregate")
 
 // deaggregate returns the user records of a KPL-aggregated record, or an error when it is not
-// a valid aggregate (bad digest, bad protobuf, an index outside its table).
+// a valid aggregate (bad digest, bad protobuf, an index outside its table, an explicit hash
+// key that is not one: the KPL writes neither, and the KCL fails on both).
 func deaggregate(data []byte) ([]subRecord, error) {
 	if !isAggregated(data) || len(data) < len(aggregatedMagic)+md5.Size {
 		return nil, fmt.Errorf("%w: too short", errMalformedAggregate)
@@ -58,16 +72,19 @@ func deaggregate(data []byte) ([]subRecord, error) {
 	if !bytes.Equal(sum[:], data[len(data)-md5.Size:]) {
 		return nil, fmt.Errorf("%w: digest mismatch", errMalformedAggregate)
 	}
-	var keys []string
+	var keys, ehks []string
 	type raw struct {
-		key  uint64
-		data []byte
+		key, ehk uint64
+		hasEHK   bool
+		data     []byte
 	}
 	var recs []raw
 	err := walkFields(body, func(field int, wire int, v uint64, b []byte) error {
 		switch {
 		case field == 1 && wire == wireBytes:
 			keys = append(keys, string(b))
+		case field == 2 && wire == wireBytes:
+			ehks = append(ehks, string(b))
 		case field == 3 && wire == wireBytes:
 			var r raw
 			var haveKey, haveData bool
@@ -75,6 +92,8 @@ func deaggregate(data []byte) ([]subRecord, error) {
 				switch {
 				case field == 1 && wire == wireVarint:
 					r.key, haveKey = v, true
+				case field == 2 && wire == wireVarint:
+					r.ehk, r.hasEHK = v, true
 				case field == 3 && wire == wireBytes:
 					r.data, haveData = b, true
 				case field == 4 && wire == wireBytes:
@@ -104,6 +123,15 @@ func deaggregate(data []byte) ([]subRecord, error) {
 			return nil, fmt.Errorf("%w: partition key index %d of %d", errMalformedAggregate, r.key, len(keys))
 		}
 		out[i] = subRecord{partitionKey: keys[r.key], data: r.data}
+		if r.hasEHK {
+			if r.ehk >= uint64(len(ehks)) {
+				return nil, fmt.Errorf("%w: explicit hash key index %d of %d", errMalformedAggregate, r.ehk, len(ehks))
+			}
+			if _, ok := parseHashKey(ehks[r.ehk]); !ok {
+				return nil, fmt.Errorf("%w: explicit hash key %q", errMalformedAggregate, ehks[r.ehk])
+			}
+			out[i].explicitHashKey = ehks[r.ehk]
+		}
 	}
 	return out, nil
 }

@@ -2,15 +2,22 @@ package kinesub
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/md5"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -20,28 +27,49 @@ import (
 // aggregate builds a KPL-aggregated record of the given (partition key, data) pairs, as the
 // Kinesis Producer Library writes it.
 func aggregate(recs ...[2]string) []byte {
+	subs := make([]subRecord, len(recs))
+	for i, r := range recs {
+		subs[i] = subRecord{partitionKey: r[0], data: []byte(r[1])}
+	}
+	return aggregateOf(subs...)
+}
+
+// aggregateOf builds a KPL-aggregated record of the given user records, with an explicit hash
+// key table for those that have one.
+func aggregateOf(recs ...subRecord) []byte {
 	field := func(b []byte, num int, payload []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(num<<3|wireBytes))
 		b = binary.AppendUvarint(b, uint64(len(payload)))
 		return append(b, payload...)
 	}
-	var keys []string
-	index := map[string]int{}
-	var body []byte
+	var keys, ehks []string
+	keyIndex, ehkIndex := map[string]int{}, map[string]int{}
 	for _, r := range recs {
-		if _, ok := index[r[0]]; !ok {
-			index[r[0]] = len(keys)
-			keys = append(keys, r[0])
+		if _, ok := keyIndex[r.partitionKey]; !ok {
+			keyIndex[r.partitionKey] = len(keys)
+			keys = append(keys, r.partitionKey)
+		}
+		if _, ok := ehkIndex[r.explicitHashKey]; !ok && r.explicitHashKey != "" {
+			ehkIndex[r.explicitHashKey] = len(ehks)
+			ehks = append(ehks, r.explicitHashKey)
 		}
 	}
+	var body []byte
 	for _, k := range keys {
 		body = field(body, 1, []byte(k))
+	}
+	for _, k := range ehks {
+		body = field(body, 2, []byte(k))
 	}
 	for _, r := range recs {
 		var rec []byte
 		rec = binary.AppendUvarint(rec, 1<<3|wireVarint)
-		rec = binary.AppendUvarint(rec, uint64(index[r[0]]))
-		rec = field(rec, 3, []byte(r[1]))
+		rec = binary.AppendUvarint(rec, uint64(keyIndex[r.partitionKey]))
+		if r.explicitHashKey != "" {
+			rec = binary.AppendUvarint(rec, 2<<3|wireVarint)
+			rec = binary.AppendUvarint(rec, uint64(ehkIndex[r.explicitHashKey]))
+		}
+		rec = field(rec, 3, r.data)
 		body = field(body, 3, rec)
 	}
 	sum := md5.Sum(body)
@@ -54,7 +82,7 @@ func TestDeaggregate(t *testing.T) {
 	good := aggregate([2]string{"a", "one"}, [2]string{"b", "two"}, [2]string{"a", "three"})
 	subs, err := deaggregate(good)
 	require.NoError(t, err)
-	require.Equal(t, []subRecord{{"a", []byte("one")}, {"b", []byte("two")}, {"a", []byte("three")}}, subs)
+	require.Equal(t, []subRecord{{"a", []byte("one"), ""}, {"b", []byte("two"), ""}, {"a", []byte("three"), ""}}, subs)
 
 	// body frames a protobuf as an aggregate of one record (key "k", data "x") followed by
 	// fields.
@@ -71,10 +99,10 @@ func TestDeaggregate(t *testing.T) {
 	}
 	subs, err = deaggregate(body(0x28, 0x01))
 	require.NoError(t, err, "an unknown field")
-	require.Equal(t, []subRecord{{"k", []byte("x")}}, subs)
+	require.Equal(t, []subRecord{{"k", []byte("x"), ""}}, subs)
 	subs, err = deaggregate(withTag(0x0a, 0x01, 't', 0x12, 0x01, 'v'))
 	require.NoError(t, err, "a tag")
-	require.Equal(t, []subRecord{{"k", []byte("x")}}, subs)
+	require.Equal(t, []subRecord{{"k", []byte("x"), ""}}, subs)
 
 	badDigest := append([]byte{}, good...)
 	badDigest[len(badDigest)-1] ^= 1
@@ -120,16 +148,19 @@ func kplRecords(data []byte) ([]subRecord, bool) {
 	if sum := md5.Sum(body); !bytes.Equal(sum[:], data[len(data)-md5.Size:]) {
 		return nil, false
 	}
-	var keys []string
+	var keys, ehks []string
 	type record struct {
-		key  uint64
-		data []byte
+		key, ehk uint64
+		hasEHK   bool
+		data     []byte
 	}
 	var recs []record
 	ok := protoFields(body, func(num protowire.Number, typ protowire.Type, v uint64, b []byte) bool {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			keys = append(keys, string(b))
+		case num == 2 && typ == protowire.BytesType:
+			ehks = append(ehks, string(b))
 		case num == 3 && typ == protowire.BytesType:
 			var r record
 			var haveKey, haveData bool
@@ -137,6 +168,8 @@ func kplRecords(data []byte) ([]subRecord, bool) {
 				switch {
 				case num == 1 && typ == protowire.VarintType:
 					r.key, haveKey = v, true
+				case num == 2 && typ == protowire.VarintType:
+					r.ehk, r.hasEHK = v, true
 				case num == 3 && typ == protowire.BytesType:
 					r.data, haveData = b, true
 				case num == 4 && typ == protowire.BytesType:
@@ -164,9 +197,21 @@ func kplRecords(data []byte) ([]subRecord, bool) {
 			return nil, false
 		}
 		out[i] = subRecord{partitionKey: keys[r.key], data: r.data}
+		if r.hasEHK {
+			// An explicit hash key as the service takes one: 0|[1-9]\d{0,38}, at most 2^128-1.
+			if r.ehk >= uint64(len(ehks)) || !explicitHashKeyRE.MatchString(ehks[r.ehk]) {
+				return nil, false
+			}
+			if v, _ := new(big.Int).SetString(ehks[r.ehk], 10); v.BitLen() > 128 {
+				return nil, false
+			}
+			out[i].explicitHashKey = ehks[r.ehk]
+		}
 	}
 	return out, true
 }
+
+var explicitHashKeyRE = regexp.MustCompile(`^(0|[1-9][0-9]{0,38})$`)
 
 // protoFields calls fn with each field of a protobuf message (v holds a varint's value, b a
 // length-delimited field's bytes) while fn returns true; false for a message that does not
@@ -254,14 +299,14 @@ func kplSeeds() [][]byte {
 func TestKPLRecordsReference(t *testing.T) {
 	recs, ok := kplRecords(aggregate([2]string{"a", "one"}, [2]string{"b", "two"}, [2]string{"a", "three"}))
 	require.True(t, ok)
-	require.Equal(t, []subRecord{{"a", []byte("one")}, {"b", []byte("two")}, {"a", []byte("three")}}, recs)
+	require.Equal(t, []subRecord{{"a", []byte("one"), ""}, {"b", []byte("two"), ""}, {"a", []byte("three"), ""}}, recs)
 	seeds := kplSeeds()
 	for i, want := range [][]subRecord{
-		{{"alice", []byte("a1")}, {"", []byte{}}},
-		{{"alice", []byte("t")}},
-		{{"alice", []byte("last")}},
-		{{"alice", []byte("d")}},
-		{{"alice", []byte("u")}},
+		{{"alice", []byte("a1"), "1234567890"}, {"", []byte{}, ""}},
+		{{"alice", []byte("t"), ""}},
+		{{"alice", []byte("last"), ""}},
+		{{"alice", []byte("d"), ""}},
+		{{"alice", []byte("u"), ""}},
 	} {
 		got, ok := kplRecords(seeds[i])
 		require.True(t, ok, "seed %d", i)
@@ -288,7 +333,7 @@ func referenceAggregates(t testing.TB) (aggs [][]byte, users [][]subRecord) {
 	for _, a := range file {
 		var recs []subRecord
 		for _, r := range a.Records {
-			recs = append(recs, subRecord{partitionKey: r.PartitionKey, data: r.Data})
+			recs = append(recs, subRecord{partitionKey: r.PartitionKey, data: r.Data, explicitHashKey: r.ExplicitHashKey})
 		}
 		aggs, users = append(aggs, a.Aggregate), append(users, recs)
 	}
@@ -296,22 +341,134 @@ func referenceAggregates(t testing.TB) (aggs [][]byte, users [][]subRecord) {
 }
 
 // TestDeaggregateReference: aggregates the reference aggregator wrote read back as the user
-// records they were made of, through deaggregate and through kplRecords alike.
+// records they were made of, through deaggregate and through kplRecords alike, explicit hash
+// keys included where the aggregator wrote them as given (see shufflesTable).
 func TestDeaggregateReference(t *testing.T) {
 	aggs, users := referenceAggregates(t)
 	require.NotEmpty(t, aggs)
+	shuffled := 0
 	for i, agg := range aggs {
+		var ehks []string
 		for j := range users[i] {
 			if users[i][j].data == nil {
 				users[i][j].data = []byte{}
 			}
+			ehks = append(ehks, users[i][j].explicitHashKey)
 		}
 		got, err := deaggregate(agg)
 		require.NoError(t, err, "aggregate %d", i)
-		require.Equal(t, users[i], got, "aggregate %d", i)
 		ref, ok := kplRecords(agg)
 		require.True(t, ok, "aggregate %d", i)
-		require.Equal(t, users[i], ref, "aggregate %d", i)
+		require.Equal(t, ref, got, "aggregate %d", i)
+		if shufflesTable(ehks) {
+			shuffled++
+			for j := range got {
+				got[j].explicitHashKey = users[i][j].explicitHashKey
+			}
+		}
+		require.Equal(t, users[i], got, "aggregate %d", i)
+	}
+	require.Equal(t, 1, shuffled, "aggregates whose explicit hash key table the aggregator shuffled")
+}
+
+// shufflesTable reports whether aws-kinesis-agg (JavaScript) writes an explicit hash key
+// table of these keys in another order than it numbers them: it numbers keys as they come but
+// writes the table as Object.keys lists it, array-index-like keys (decimals below 2^32-1)
+// first and in numeric order, so a record's index then names another record's key.
+func shufflesTable(keys []string) bool {
+	var order, intLike, rest []string
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if k == "" || seen[k] {
+			continue
+		}
+		seen[k] = true
+		order = append(order, k)
+		if v, err := strconv.ParseUint(k, 10, 64); err == nil && v < 1<<32-1 && strconv.FormatUint(v, 10) == k {
+			intLike = append(intLike, k)
+		} else {
+			rest = append(rest, k)
+		}
+	}
+	slices.SortFunc(intLike, func(a, b string) int {
+		x, _ := strconv.ParseUint(a, 10, 64)
+		y, _ := strconv.ParseUint(b, 10, 64)
+		return cmp.Compare(x, y)
+	})
+	return !slices.Equal(order, append(intLike, rest...))
+}
+
+// TestDeaggregateExplicitHashKeys: explicit hash keys are read from their table; an index past
+// the table, or a key that is not one (the KPL writes neither), makes the aggregate malformed.
+func TestDeaggregateExplicitHashKeys(t *testing.T) {
+	want := []subRecord{
+		{partitionKey: "a", data: []byte("1"), explicitHashKey: "340282366920938463463374607431768211455"},
+		{partitionKey: "b", data: []byte("2")},
+		{partitionKey: "a", data: []byte("3"), explicitHashKey: "0"},
+	}
+	got, err := deaggregate(aggregateOf(want...))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	for _, bad := range []string{"340282366920938463463374607431768211456", "01", "-1", "1e3", " 1"} {
+		_, err := deaggregate(aggregateOf(subRecord{partitionKey: "a", data: []byte("x"), explicitHashKey: bad}))
+		require.ErrorIs(t, err, errMalformedAggregate, "explicit hash key %q", bad)
+	}
+	// An index past the table: the record names key 1 of a table of one.
+	pb := pbBytes(pbBytes(nil, 1, "a"), 2, "7")
+	rec := pbBytes(pbVarint(pbVarint(nil, 1, 0), 2, 1), 3, "x")
+	_, err = deaggregate(kplMessage(pbBytes(pb, 3, string(rec))))
+	require.ErrorIs(t, err, errMalformedAggregate)
+}
+
+// TestSubRecordInRange: a user record's hash key is its explicit hash key, or else the MD5
+// digest of its partition key read as a 128-bit big-endian number; a shard's range holds both
+// its ends.
+func TestSubRecordInRange(t *testing.T) {
+	md5Of := func(k string) *big.Int {
+		sum := md5.Sum([]byte(k))
+		return new(big.Int).SetBytes(sum[:])
+	}
+	rangeOf := func(start, end *big.Int) keyRange {
+		r, ok := parseKeyRange(&types.HashKeyRange{StartingHashKey: aws.String(start.String()), EndingHashKey: aws.String(end.String())})
+		require.True(t, ok)
+		return r
+	}
+	one := big.NewInt(1)
+	max := new(big.Int).Sub(new(big.Int).Lsh(one, 128), one)
+	mid := new(big.Int).Lsh(one, 127)
+	kA := md5Of("a") // 0x0cc175b9…: the lower half
+	for _, tc := range []struct {
+		name       string
+		rec        subRecord
+		start, end *big.Int
+		want       bool
+	}{
+		{"partition key inside", subRecord{partitionKey: "a"}, big.NewInt(0), new(big.Int).Sub(mid, one), true},
+		{"partition key outside", subRecord{partitionKey: "a"}, mid, max, false},
+		{"partition key at the start", subRecord{partitionKey: "a"}, kA, max, true},
+		{"partition key at the end", subRecord{partitionKey: "a"}, big.NewInt(0), kA, true},
+		{"partition key just past the end", subRecord{partitionKey: "a"}, big.NewInt(0), new(big.Int).Sub(kA, one), false},
+		{"partition key just before the start", subRecord{partitionKey: "a"}, new(big.Int).Add(kA, one), max, false},
+		{"explicit hash key over the partition key", subRecord{partitionKey: "a", explicitHashKey: mid.String()}, mid, max, true},
+		{"explicit hash key outside", subRecord{partitionKey: "a", explicitHashKey: new(big.Int).Sub(mid, one).String()}, mid, max, false},
+		{"explicit hash key at the end", subRecord{partitionKey: "z", explicitHashKey: max.String()}, mid, max, true},
+		{"explicit hash key 0 at the start", subRecord{partitionKey: "z", explicitHashKey: "0"}, big.NewInt(0), one, true},
+		{"explicit hash key past a one-key range", subRecord{partitionKey: "z", explicitHashKey: "6"}, big.NewInt(5), big.NewInt(5), false},
+	} {
+		r := rangeOf(tc.start, tc.end)
+		require.Equal(t, tc.want, r.holds(tc.rec.hashKey()), tc.name)
+	}
+	require.True(t, rangeOf(big.NewInt(0), max).whole())
+	require.False(t, rangeOf(big.NewInt(0), new(big.Int).Sub(max, one)).whole())
+	require.False(t, rangeOf(one, max).whole())
+	for _, bad := range []*types.HashKeyRange{
+		nil,
+		{StartingHashKey: aws.String("0")},
+		{StartingHashKey: aws.String("5"), EndingHashKey: aws.String("4")},
+		{StartingHashKey: aws.String("0"), EndingHashKey: aws.String(new(big.Int).Lsh(one, 128).String())},
+	} {
+		_, ok := parseKeyRange(bad)
+		require.False(t, ok, "%+v", bad)
 	}
 }
 

@@ -142,6 +142,9 @@ func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, erro
 				}
 			}
 			info.closed = sh.SequenceNumberRange != nil && sh.SequenceNumberRange.EndingSequenceNumber != nil
+			if r, ok := parseKeyRange(sh.HashKeyRange); ok {
+				info.keys = &r
+			}
 			shards[info.id] = info
 		}
 		if out.NextToken == nil || *out.NextToken == "" {

@@ -181,7 +181,12 @@
 // records handled), stored as the lease's SubSequence, so a restart resumes at the first
 // unhandled user record. Message.Position points at the user record (AtSubSequence), so Seek
 // there delivers it and what follows. A record that looks aggregated but is malformed (a bad
-// checksum, say) is reported on Errors (ErrAggregatedRecord) and counts as handled.
+// checksum, say) is reported on Errors (ErrAggregatedRecord) and counts as handled. A user
+// record whose hash key (its explicit hash key, or else its partition key's MD5) lies outside
+// the range of the shard it was read from is not delivered and counts as handled, as in the
+// Java KCL: after a split, an aggregate made for the parent lands in one child, and the KPL
+// writes its other user records again on the shard they belong to. The metric
+// kinesub.records.dropped counts them.
 //
 // kinesub decodes successful GetRecords answers and enhanced fan-out's SubscribeToShardEvents
 // itself, into the same types the SDK's decoder gives, at a half to a quarter of its CPU;

@@ -170,8 +170,10 @@ func (f *fakeStream) ListShards(ctx context.Context, in *kinesis.ListShardsInput
 			continue
 		}
 		s := types.Shard{
-			ShardId:             aws.String(sh.id),
-			HashKeyRange:        &types.HashKeyRange{StartingHashKey: aws.String("0"), EndingHashKey: aws.String("1")},
+			ShardId: aws.String(sh.id),
+			// The whole hash-key space: the fake places no record by its hash key, and a reader
+			// drops the user records of an aggregate outside its shard's range.
+			HashKeyRange:        &types.HashKeyRange{StartingHashKey: aws.String("0"), EndingHashKey: aws.String("340282366920938463463374607431768211455")},
 			SequenceNumberRange: &types.SequenceNumberRange{StartingSequenceNumber: aws.String("1")},
 		}
 		if sh.parent != "" {

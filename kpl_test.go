@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,5 +201,126 @@ func TestSubSequencePositions(t *testing.T) {
 		in := tc.p.iteratorInput(ref, "s")
 		require.Equal(t, tc.want, string(in.ShardIteratorType), tc.p.String())
 		require.Equal(t, "12", aws.ToString(in.StartingSequenceNumber))
+	}
+}
+
+// TestKPLOutsideShardRangeDropped: after a split, aggregates made for the parent land in one
+// child each with user records of both halves (by explicit hash key and by partition key).
+// Only those in the child's hash-key range are delivered, both ends of the range included,
+// each with its own sub-sequence number; the others are counted in kinesub.records.dropped
+// and handled, so that the checkpoint moves past the aggregate, also when its last user
+// record is one dropped.
+func TestKPLOutsideShardRangeDropped(t *testing.T) {
+	s := newStream(t, 1)
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	_, err := s.c.SplitShard(t.Context(), &kinesis.SplitShardInput{StreamName: aws.String(s.name),
+		ShardToSplit: aws.String("shardId-000000000000"), NewStartingHashKey: aws.String(mid.String())})
+	require.NoError(t, err)
+	testenv.WaitActive(t, s.c, s.name)
+	below, top := new(big.Int).Sub(mid, big.NewInt(1)).String(), new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), 128), big.NewInt(1)).String()
+	above := new(big.Int).Add(mid, big.NewInt(1)).String()
+	// MD5 puts partition key "a" in the lower half, "b" in the upper.
+	upper := []userRecord{
+		{PartitionKey: "u", ExplicitHashKey: above, Data: []byte("in-up-1")},
+		{PartitionKey: "l", ExplicitHashKey: "5000000000", Data: []byte("out-up-1")},
+		{PartitionKey: "b", Data: []byte("in-up-2")},
+		{PartitionKey: "a", Data: []byte("out-up-2")},
+		{PartitionKey: "start", ExplicitHashKey: mid.String(), Data: []byte("in-up-3")},
+		{PartitionKey: "below", ExplicitHashKey: below, Data: []byte("out-up-3")},
+		{PartitionKey: "top", ExplicitHashKey: top, Data: []byte("in-up-4")},
+	}
+	lower := []userRecord{
+		{PartitionKey: "end", ExplicitHashKey: below, Data: []byte("in-low-1")},
+		{PartitionKey: "a", Data: []byte("in-low-2")},
+		{PartitionKey: "start", ExplicitHashKey: mid.String(), Data: []byte("out-low-1")},
+	}
+	aggs := kplAggregate(t, upper, lower)
+	aggs[0].ExplicitHashKey, aggs[1].ExplicitHashKey = above, "0"
+	seqUp := s.putKPL(aggs[0], false)
+	seqLow := s.putKPL(aggs[1], false)
+	endUp, endLow := s.put("b", []byte("end-up")), s.put("a", []byte("end-low"))
+
+	store := lease.NewMemory()
+	mt := newMeters(t)
+	sub := subscribeT(t, s, testOpts(store, WithStartAt(Horizon()), WithMeterProvider(mt.provider))...)
+	byShard := map[string][]string{}
+	subSeq := map[string]int{}
+	shardOf := map[string]string{}
+	deadline := time.After(time.Minute)
+	for shardOf["end-up"] == "" || shardOf["end-low"] == "" {
+		select {
+		case m, ok := <-sub.Messages():
+			require.True(t, ok, "Messages closed: %v", sub.Err())
+			require.NoError(t, m.Ack(t.Context()))
+			byShard[m.ShardID()] = append(byShard[m.ShardID()], string(m.Data()))
+			subSeq[string(m.Data())], shardOf[string(m.Data())] = m.SubSequenceNumber(), m.ShardID()
+		case <-deadline:
+			t.Fatalf("the closing records were not delivered within a minute; got %v", byShard)
+		}
+	}
+	up, low := shardOf["end-up"], shardOf["end-low"]
+	require.Equal(t, []string{"in-up-1", "in-up-2", "in-up-3", "in-up-4", "end-up"}, byShard[up])
+	require.Equal(t, []string{"in-low-1", "in-low-2", "end-low"}, byShard[low])
+	require.Equal(t, map[string]int{"in-up-1": 0, "in-up-2": 2, "in-up-3": 4, "in-up-4": 6, "in-low-1": 0, "in-low-2": 1, "end-up": 0, "end-low": 0}, subSeq,
+		"sub-sequence numbers are positions in the aggregate, dropped user records included")
+	require.Equal(t, map[string]float64{up: 3, low: 1}, mt.byShard("kinesub.records.dropped", "kinesub.reason", "outside_hash_key_range"))
+
+	require.NoError(t, sub.Commit(t.Context()))
+	for shard, end := range map[string]string{up: endUp, low: endLow} {
+		l := readLease(t, store, s.name, shard)
+		require.Equal(t, []any{end, int64(0)}, []any{l.Checkpoint.Sequence, l.Checkpoint.SubSequence}, "checkpoint of %s (aggregates %s, %s)", shard, seqUp, seqLow)
+	}
+	none(t, sub)
+}
+
+// TestPublishAggregatedKeyAcrossShards: records of one partition key whose explicit hash keys
+// place them in two shards are aggregated per shard, never together: a reader drops a user
+// record stored outside its shard's range, so an aggregate of both would lose half of them.
+// Every record is delivered, each from the shard its hash key names.
+func TestPublishAggregatedKeyAcrossShards(t *testing.T) {
+	s := newStream(t, 2)
+	mid := new(big.Int).Lsh(big.NewInt(1), 127)
+	low, high := "1", new(big.Int).Add(mid, big.NewInt(1)).String()
+	p, err := NewPublisher(s.c, s.name, WithPublishAggregation(true))
+	require.NoError(t, err)
+	var recs []Record
+	want := map[string]bool{}
+	for i := range 40 {
+		r := Record{PartitionKey: "k", ExplicitHashKey: low, Data: fmt.Appendf(nil, "k/%d", i)}
+		if i%2 == 1 {
+			r.ExplicitHashKey = high
+		}
+		recs = append(recs, r, Record{PartitionKey: "j", Data: fmt.Appendf(nil, "j/%d", i)})
+		want[fmt.Sprintf("k/%d", i)], want[fmt.Sprintf("j/%d", i)] = true, true
+	}
+	require.NoError(t, p.PublishBatch(t.Context(), recs))
+	require.NoError(t, p.PublishBatch(t.Context(), []Record{
+		{PartitionKey: "end-low", ExplicitHashKey: "0", Data: []byte("end-low")},
+		{PartitionKey: "end-high", ExplicitHashKey: new(big.Int).Sub(new(big.Int).Lsh(mid, 1), big.NewInt(1)).String(), Data: []byte("end-high")},
+	}))
+
+	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
+	got := map[string]bool{}
+	shardOf := map[string]string{}
+	deadline := time.After(time.Minute)
+	for shardOf["end-low"] == "" || shardOf["end-high"] == "" {
+		select {
+		case m, ok := <-sub.Messages():
+			require.True(t, ok, "Messages closed: %v", sub.Err())
+			require.NoError(t, m.Ack(t.Context()))
+			got[string(m.Data())], shardOf[string(m.Data())] = true, m.ShardID()
+		case <-deadline:
+			t.Fatalf("the closing records were not delivered within a minute; got %d records", len(got))
+		}
+	}
+	delete(got, "end-low")
+	delete(got, "end-high")
+	require.Equal(t, want, got)
+	for i := range 40 {
+		end := "end-low"
+		if i%2 == 1 {
+			end = "end-high"
+		}
+		require.Equal(t, shardOf[end], shardOf[fmt.Sprintf("k/%d", i)], "k/%d", i)
 	}
 }

@@ -47,6 +47,7 @@ const (
 	attrOutcome     = attribute.Key("kinesub.outcome")
 	attrResult      = attribute.Key("kinesub.result")
 	attrTransition  = attribute.Key("kinesub.transition")
+	attrReason      = attribute.Key("kinesub.reason")
 )
 
 const systemKinesis = "aws_kinesis"
@@ -65,6 +66,13 @@ const (
 	transLost       = "lost"
 	transReleased   = "released"
 	transHandedBack = "handed_back"
+)
+
+// Values of kinesub.reason, on kinesub.records.dropped.
+const (
+	// reasonOutsideHashRange: a user record of a KPL aggregate whose hash key lies outside the
+	// range of the shard the aggregate is stored in.
+	reasonOutsideHashRange = "outside_hash_key_range"
 )
 
 // durationBuckets are the request and settle duration histograms' bucket bounds, in seconds:
@@ -146,6 +154,7 @@ type metrics struct {
 	checkpoints metric.Int64Counter
 	transitions metric.Int64Counter
 	capacity    metric.Float64Counter
+	dropped     metric.Int64Counter
 
 	consumedC, acked, nacked  metric.Int64ObservableCounter
 	ackedLate                 metric.Int64ObservableCounter
@@ -195,6 +204,9 @@ func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
 	add(e)
 	m.transitions, e = meter.Int64Counter("kinesub.lease.transitions", metric.WithUnit("{transition}"),
 		metric.WithDescription("Shard leases taken (acquired, stolen) and given up (lost, released, handed_back) by this subscriber."))
+	add(e)
+	m.dropped, e = meter.Int64Counter("kinesub.records.dropped", metric.WithUnit("{message}"),
+		metric.WithDescription("Records read and not delivered, by reason: outside_hash_key_range, a user record of a KPL aggregate whose hash key lies outside its shard's range (an aggregate made for the parent of a split, written again by its producer on the right shard)."))
 	add(e)
 	m.capacity, e = meter.Float64Counter("kinesub.lease.consumed_capacity", metric.WithUnit("{capacity_unit}"),
 		metric.WithDescription("DynamoDB read and write capacity units the lease store's calls consumed, by operation."))
@@ -389,6 +401,16 @@ func (st *shardStats) transition(kind string) {
 	}
 	st.m.transitions.Add(context.Background(), 1, metric.WithAttributeSet(attribute.NewSet(
 		attrSystem.String(systemKinesis), st.m.stream, attrShard.String(st.id), attrTransition.String(kind))))
+}
+
+// droppedOutOfRange counts n user records of KPL aggregates dropped for lying outside the
+// shard's hash-key range (kinesub.records.dropped).
+func (st *shardStats) droppedOutOfRange(n int) {
+	if st == nil {
+		return
+	}
+	st.m.dropped.Add(context.Background(), int64(n), metric.WithAttributeSet(attribute.NewSet(
+		attrSystem.String(systemKinesis), st.m.stream, attrShard.String(st.id), attrReason.String(reasonOutsideHashRange))))
 }
 
 // leaseTaken counts a lease that this subscriber started reading.

@@ -77,5 +77,5 @@ func TestAggregateAtTheLimit(t *testing.T) {
 	require.Equal(t, plan.size(), len(data)+len(a.key))
 	subs, err := deaggregate(data)
 	require.NoError(t, err)
-	require.Equal(t, []subRecord{{"a", a.data}, {"b", b.data}}, subs)
+	require.Equal(t, []subRecord{{"a", a.data, ""}, {"b", b.data, ""}}, subs)
 }

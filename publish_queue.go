@@ -238,9 +238,16 @@ func (b *batch) aggregateUnit(sq *shardQueue, room int, empty bool, now time.Tim
 		if k == nil {
 			break
 		}
-		n := 0
+		n, elsewhere := 0, false
 		for n < len(k.recs) {
 			r := &b.recs[k.recs[n]]
+			// A record of the key that its explicit hash key places in another shard ends the
+			// run: a reader drops a user record stored outside its shard's range, as the KCL
+			// does. The key's next records wait for this run, then queue for their shard.
+			if n > 0 && b.m != nil && b.m.find(r.hash) != sq.id {
+				elsewhere = true
+				break
+			}
 			if a.size() >= aggregateTarget || a.size()+a.grow(r) > limit {
 				break
 			}
@@ -254,7 +261,7 @@ func (b *batch) aggregateUnit(sq *shardQueue, room int, empty bool, now time.Tim
 			break
 		}
 		runs = append(runs, b.take(sq, k, n))
-		if n < len(k.recs) {
+		if n < len(k.recs) && !elsewhere {
 			break // the aggregate is full
 		}
 	}

@@ -1,13 +1,8 @@
 package kinesub
 
 import (
-	"cmp"
 	"context"
-	"crypto/md5"
-	"encoding/binary"
 	"errors"
-	"math/big"
-	"math/bits"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,57 +14,6 @@ import (
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
 )
-
-// hashKey is a point of the stream's 128-bit hash-key space. The service puts a record in the
-// open shard whose range holds its explicit hash key, or else the MD5 digest of its partition
-// key read as a big-endian number.
-type hashKey struct{ hi, lo uint64 }
-
-func (a hashKey) cmp(b hashKey) int {
-	if c := cmp.Compare(a.hi, b.hi); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.lo, b.lo)
-}
-
-// partitionHash is the hash key the service derives from a partition key.
-func partitionHash(key string) hashKey {
-	sum := md5.Sum([]byte(key))
-	return hashKey{binary.BigEndian.Uint64(sum[:8]), binary.BigEndian.Uint64(sum[8:])}
-}
-
-// parseHashKey reads an explicit hash key as the service takes it: the pattern
-// 0|([1-9]\d{0,38}), at most 2^128-1.
-func parseHashKey(s string) (hashKey, bool) {
-	if s == "" || len(s) > 39 || len(s) > 1 && s[0] == '0' {
-		return hashKey{}, false
-	}
-	var h hashKey
-	for i := 0; i < len(s); i++ {
-		d := s[i] - '0'
-		if d > 9 {
-			return hashKey{}, false
-		}
-		// h = h*10 + d, refusing what overflows 128 bits.
-		over, hi := bits.Mul64(h.hi, 10)
-		carryHi, lo := bits.Mul64(h.lo, 10)
-		hi, c1 := bits.Add64(hi, carryHi, 0)
-		lo, c2 := bits.Add64(lo, uint64(d), 0)
-		hi, c3 := bits.Add64(hi, 0, c2)
-		if over != 0 || c1 != 0 || c3 != 0 {
-			return hashKey{}, false
-		}
-		h = hashKey{hi, lo}
-	}
-	return h, true
-}
-
-// String formats h in decimal, as the service writes hash keys.
-func (h hashKey) String() string {
-	v := new(big.Int).SetUint64(h.hi)
-	v.Lsh(v, 64)
-	return v.Or(v, new(big.Int).SetUint64(h.lo)).String()
-}
 
 // shardSpan is an open shard and its hash-key range.
 type shardSpan struct {

@@ -38,6 +38,11 @@ type reader struct {
 	skipSeq string
 	skipSub int
 	slots   []slot // scratch: the watermark slots of the page being delivered
+	// keys: the shard's hash-key range, when the listing gave it and it is not the whole
+	// space; user records of KPL aggregates outside it are dropped (see deliver).
+	keys *keyRange
+	// dropped: user records dropped for lying outside keys in this reader's life, for the log.
+	dropped int
 }
 
 // openedAt notes where the source was just opened, for the user records to skip.
@@ -293,7 +298,8 @@ func (r *reader) deliver(records []types.Record) bool {
 	out := newFetched(pg, len(records))
 	slots := r.slots[:0]
 	var bad []error
-	var badAt []int // slots of records that could not be decoded: handled at once
+	var handled []int // slots of records not delivered (undecodable, outside the shard): handled at once
+	dropped := 0
 	for i := range records {
 		rec := &records[i]
 		seq := aws.ToString(rec.SequenceNumber)
@@ -332,7 +338,7 @@ func (r *reader) deliver(records []types.Record) bool {
 		subs, err := deaggregate(rec.Data)
 		if err != nil {
 			// Reported, not delivered, and handled at once so that the shard moves on.
-			badAt = append(badAt, len(slots))
+			handled = append(handled, len(slots))
 			slots = append(slots, slot{seq: seq})
 			bad = append(bad, fmt.Errorf("%w: sequence number %s: %w", ErrAggregatedRecord, seq, err))
 			continue
@@ -343,6 +349,26 @@ func (r *reader) deliver(records []types.Record) bool {
 				continue // handled before the checkpoint or seek that opened the shard here
 			}
 			sub := &subs[j]
+			// Until the last user record of the aggregate is handled, the checkpoint stays
+			// inside it: (seq, user records handled), which resumes at the next one.
+			next := j + 1
+			if next == len(subs) {
+				next = 0
+			}
+			if r.keys != nil && !r.keys.holds(sub.hashKey()) {
+				// Outside the shard's range: an aggregate made for the parent of a split
+				// landed in this child. The KPL puts such user records again, on the shard
+				// they belong to, and the KCL drops the strays; so does kinesub.
+				if r.dropped+dropped == 0 {
+					w.log.Warn("user record of a KPL aggregate outside the shard's hash-key range dropped (counted in kinesub.records.dropped)",
+						"sequence_number", seq, "sub_sequence_number", j, "hash_key", sub.hashKey().String(),
+						"starting_hash_key", r.keys.start.String(), "ending_hash_key", r.keys.end.String())
+				}
+				dropped++
+				handled = append(handled, len(slots))
+				slots = append(slots, slot{seq: seq, sub: int32(next)})
+				continue
+			}
 			m := out.add()
 			m.off, m.arrival, m.x = uint32(len(slots)), arrival, &extras[j]
 			m.x.sub = int32(j)
@@ -352,12 +378,6 @@ func (r *reader) deliver(records []types.Record) bool {
 			m.setData(data)
 			if len(headers) > 0 {
 				m.x.headers = headers
-			}
-			// Until the last user record of the aggregate is handled, the checkpoint stays
-			// inside it: (seq, user records handled), which resumes at the next one.
-			next := j + 1
-			if next == len(subs) {
-				next = 0
 			}
 			slots = append(slots, slot{seq: seq, sub: int32(next), size: int32(len(sub.data))})
 		}
@@ -369,7 +389,7 @@ func (r *reader) deliver(records []types.Record) bool {
 		return false
 	}
 	pg.first = w.wm.trackAll(slots, now)
-	for _, at := range badAt {
+	for _, at := range handled {
 		w.wm.settle(pg.first + uint64(at))
 		w.dirty = true
 	}
@@ -378,6 +398,11 @@ func (r *reader) deliver(records []types.Record) bool {
 	r.slots = slots[:0] // kept for the next page; it holds on to one page's sequence numbers at most
 	for _, err := range bad {
 		env.report(&ShardError{Stream: env.stream, Shard: w.id, Op: OpDecode, Err: err})
+	}
+	if dropped > 0 {
+		r.dropped += dropped
+		w.stats.droppedOutOfRange(dropped)
+		w.log.Debug("user records outside the shard's hash-key range dropped", "records", dropped, "total", r.dropped)
 	}
 	if out.n == 0 {
 		return true

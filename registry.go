@@ -42,6 +42,7 @@ type shardInfo struct {
 	id      string
 	parents []string
 	closed  bool
+	keys    *keyRange // its hash-key range; nil when the listing gave none in the service's form
 }
 
 func newShardTable(startAt *Position, now time.Time) *shardTable {
@@ -124,6 +125,9 @@ func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) 
 	w.start, fromStart = t.startInput(w.id, cp, initial)
 	w.fromStart.Store(fromStart)
 	w.startCkpt = w.start.kind == posAfter
+	if k := t.listing[w.id].keys; k != nil && !k.whole() {
+		w.keys = k
+	}
 	t.workers[w.id] = w
 	delete(t.waiting, w.id)
 	return true, false

@@ -86,6 +86,9 @@ type worker struct {
 	fromStart  atomic.Bool
 	stolen     bool // the lease was taken pending: read only after startDelay
 	startDelay time.Duration
+	// The shard's hash-key range, from the listing, when it is not the whole space: the
+	// reader drops user records of KPL aggregates outside it.
+	keys *keyRange
 
 	// The watermark (checkpoint.go), under mu.
 	mu          sync.Mutex
@@ -298,7 +301,7 @@ func (w *worker) read() {
 	defer src.close()
 	// Until a response shows their size, records count as the largest the service takes.
 	r := reader{w: w, src: src, ctx: w.readCtx, gen: w.gate.Load(), start: w.start, fromCheckpoint: w.startCkpt,
-		recordSize: maxRecordBytes, ask: w.env.cfg.batchSize}
+		recordSize: maxRecordBytes, ask: w.env.cfg.batchSize, keys: w.keys}
 	r.loop()
 }
 

@@ -129,6 +129,7 @@ type simFleet struct {
 	worst    time.Duration         // the longest crash failover
 	bg       sync.WaitGroup        // the fleet's own goroutines (resumes, closes, restarts)
 	zombies  []*Subscriber         // crashed instances' subscribers, closed at the end
+	fx       *simEffects           // an effect run's sink model and events (sim_effects_test.go); nil: Checker.Apply
 
 	// lateMu guards what the table's writes tell of crashed runs (the table calls Applied with
 	// its lock held, and the crash takes f.mu before reading the table: so a lock of its own).
@@ -181,6 +182,9 @@ type simRun struct {
 	// slow counts its handlers running slow, ignoring their ctx.
 	slow   atomic.Int32
 	faults *sim.StoreFaults
+	// epoch and leases are what its sink answers for WithEpoch and WithLeaseTable (effect runs).
+	epoch  int64
+	leases string
 	sub    *Subscriber
 	stop   context.CancelFunc
 	done   chan struct{} // closed when its consumer returned
@@ -196,7 +200,10 @@ var errSimSuperseded = errors.New("sim: superseded")
 // errSimInterrupt ends a simulated Process call that its consumer calls again.
 var errSimInterrupt = errors.New("sim: Process interrupted")
 
-func runSim(t *testing.T, seed uint64, strict bool) {
+func runSim(t *testing.T, seed uint64, strict bool) { runFleet(t, seed, strict, nil) }
+
+// runFleet runs a seed's fleet; fx, when not nil, makes it an effect run (sim_effects_test.go).
+func runFleet(t *testing.T, seed uint64, strict bool, fx *simEffects) {
 	f := &simFleet{
 		t: t, seed: seed, strict: strict, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)),
 		stream: "sim", ttl: 3 * time.Second, table: sim.NewTable(), failover: map[string]time.Time{},
@@ -204,6 +211,7 @@ func runSim(t *testing.T, seed uint64, strict bool) {
 	}
 	f.prof = simProfile(f.rng.IntN(int(profiles)))
 	f.check = sim.NewChecker(f.stream)
+	f.fx = fx
 	f.table.Applied = func(w sim.Write) {
 		f.check.Applied(w)
 		f.lateTake(w)
@@ -246,12 +254,19 @@ func runSim(t *testing.T, seed uint64, strict bool) {
 	go func() { // owned by the run: it waits for produced
 		defer f.bg.Done()
 		defer close(produced)
+		if f.fx != nil {
+			f.fx.produce(f, 25*time.Second)
+			return
+		}
 		f.produce(25 * time.Second)
 	}()
 	f.trouble(25 * time.Second)
 	<-produced
 	f.heal()
 	f.settle(90 * time.Second)
+	if f.fx != nil {
+		f.fx.redrive(f)
+	}
 	f.closeAll()
 	f.bg.Wait()
 	f.table.Settle()
@@ -301,6 +316,9 @@ func (in *simInstance) start() {
 	// order they run, changes nothing of it.
 	rng := rand.New(rand.NewPCG(f.seed, uint64(in.slot)<<32|uint64(in.runs)))
 	r := &simRun{in: in, label: fmt.Sprintf("%s.%d", in.name, in.runs), gate: &sim.Gate{}, rng: rng}
+	if f.fx != nil {
+		r.epoch, r.leases = f.fx.epoch, f.fx.leases
+	}
 	f.mu.Lock()
 	r.faults = sim.NewStoreFaults(f.seed*1009 + uint64(in.slot)*31 + uint64(in.runs))
 	if f.prof == profileStore || f.prof == profileAll {
@@ -381,7 +399,11 @@ func (r *simRun) consume(ctx context.Context) {
 		}
 		// Its effect goes through the fenced sink first; one a later holding of its shard
 		// refused is left unsettled, as a consumer that got dynamosink.ErrSuperseded would.
-		if f.check.Apply(r.delivery(m)) == sim.Superseded {
+		if f.fx != nil {
+			if f.fx.apply(r, m) {
+				return
+			}
+		} else if f.check.Apply(r.delivery(m)) == sim.Superseded {
 			return
 		}
 		// Handled as the consumer acks it: an Ack that writes the checkpoint (WithCheckpointInterval(0))
@@ -440,7 +462,11 @@ func (r *simRun) process(ctx context.Context) {
 			f.check.Started(r.label, string(m.Data()))
 			f.traceRecord(r, "started", m)
 			for shard, n := range laneJobs(p.Load()) {
-				f.check.Held(r.label, shard, n, r.maxInFlight, r.maxInFlight+simConcurrency)
+				bound := r.maxInFlight + simConcurrency
+				if f.fx != nil {
+					bound = f.fx.heldBound(r)
+				}
+				f.check.Held(r.label, shard, n, r.maxInFlight, bound)
 			}
 		}
 		// Now and then a handler is slow on a downstream that ignores its ctx: it runs on
@@ -458,7 +484,12 @@ func (r *simRun) process(ctx context.Context) {
 		if r.gate.Dead() {
 			return nil
 		}
-		if f.check.Apply(r.delivery(m)) == sim.Superseded {
+		if f.fx != nil {
+			if err := f.fx.handle(r, m); err != nil {
+				f.traceRecord(r, "refused", m)
+				return err
+			}
+		} else if f.check.Apply(r.delivery(m)) == sim.Superseded {
 			f.traceRecord(r, "superseded", m)
 			return errSimSuperseded // retried until Process lets go of the shard's generation
 		}
@@ -472,8 +503,12 @@ func (r *simRun) process(ctx context.Context) {
 		r.mu.Lock()
 		r.interrupt = cancel
 		r.mu.Unlock()
-		err := sub.Process(pctx, handle, WithConcurrency(simConcurrency), WithRetryBackoff(50*time.Millisecond, time.Second),
-			func(c *processConfig) { c.started = p.Store })
+		popts := []ProcessOption{WithConcurrency(simConcurrency), WithRetryBackoff(50*time.Millisecond, time.Second),
+			func(c *processConfig) { c.started = p.Store }}
+		if f.fx != nil {
+			popts = append(popts, f.fx.processOptions(r)...)
+		}
+		err := sub.Process(pctx, handle, popts...)
 		r.mu.Lock()
 		r.interrupt = nil
 		r.mu.Unlock()
@@ -880,12 +915,21 @@ func (f *simFleet) heal() {
 func (f *simFleet) settle(limit time.Duration) {
 	end := time.Now().Add(limit)
 	for time.Now().Before(end) {
-		if len(f.check.Missing()) == 0 && len(f.check.EffectsMissing()) == 0 {
+		if len(f.check.Missing()) == 0 && f.effectsSettled() {
 			f.logf("everything delivered and applied")
 			return
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// effectsSettled reports whether every record put has had its effect applied, or, in an
+// effect run, is owed no more than the dead letters redrive applies.
+func (f *simFleet) effectsSettled() bool {
+	if f.fx != nil {
+		return len(f.fx.owed()) == 0
+	}
+	return len(f.check.EffectsMissing()) == 0
 }
 
 // closeAll closes every run, the crashed ones' too.
@@ -914,8 +958,13 @@ func (f *simFleet) report() {
 	put, handed, again := f.check.Stats()
 	f.logf("put %d, handed out %d (%d again), slowest crash failover %v", put, handed, again, f.worst)
 	problems := f.check.Violations()
+	if f.fx != nil {
+		problems = append(problems, f.fx.sink.Violations()...)
+	}
 	if missing := f.check.Missing(); len(missing) > 0 {
 		problems = append(problems, fmt.Sprintf("%d records never delivered after the faults ended: %s", len(missing), strings.Join(missing[:min(10, len(missing))], " ")))
+	} else if f.fx != nil {
+		problems = append(problems, f.fx.unapplied()...)
 	} else if missing := f.check.EffectsMissing(); len(missing) > 0 {
 		problems = append(problems, fmt.Sprintf("%d records delivered and never applied through the sink after the faults ended: %s", len(missing), strings.Join(missing[:min(10, len(missing))], " ")))
 	}

@@ -29,8 +29,11 @@
 // 413, as the service answers one over its limit, typed SerializationException and naming the
 // limit.
 //
-// Sequence numbers are 56-digit decimals that grow with arrival across the stream; shard ids,
-// hash-key ranges and partition-key hashing (MD5) are the service's. SubscribeToShard sends an
+// Sequence numbers are 56-digit decimals numbered per shard, as the service numbers them: they
+// grow with arrival within a shard, a child's are above every one of its parents', and those
+// of different shards compare in no way to rely on (shards of one generation take blocks of
+// numbers in an order that varies from stream to stream). Shard ids, hash-key ranges and
+// partition-key hashing (MD5) are the service's. SubscribeToShard sends an
 // event at once, then whenever records arrive and every WithIdleEventInterval on an idle shard;
 // a second call for the same consumer and shard within 5 s fails with ResourceInUseException,
 // a later one takes over and ends the first, and one after the client reset or closed the

@@ -62,13 +62,14 @@ func (sh *shard) position(p startingPosition) (int, *apiError) {
 		if p.SequenceNumber == "" {
 			return 0, errInvalid("A StartingSequenceNumber or AtSequenceNumber must be provided for %s.", p.Type)
 		}
-		c, idx, id, ok := parseSeq(p.SequenceNumber)
-		if !ok || id != sh.streamID%1e8 {
+		q, ok := parseSeq(p.SequenceNumber)
+		if !ok || q.streamID != sh.streamID%1e8 {
 			return 0, errInvalid("StartingSequenceNumber %s used in GetShardIterator on shard %s is invalid because it did not come from this stream.", p.SequenceNumber, sh.id)
 		}
-		if idx != sh.index {
-			return 0, errInvalid("Invalid StartingSequenceNumber. It encodes %s, while it was used in a call to a shard with %s", fmt.Sprintf("shardId-%012d", idx), sh.id)
+		if q.shardIndex != sh.index || q.gen != sh.gen || q.spread != sh.spread {
+			return 0, errInvalid("Invalid StartingSequenceNumber. It encodes %s, while it was used in a call to a shard with %s", fmt.Sprintf("shardId-%012d", q.shardIndex), sh.id)
 		}
+		c := q.counter
 		if p.Type == "AFTER_SEQUENCE_NUMBER" {
 			c++
 		}

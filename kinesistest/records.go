@@ -22,28 +22,63 @@ const (
 // record is one stored record, encoded once as it arrives: GetRecords and subscriptions copy
 // the encoding into their answers.
 type record struct {
-	counter uint64
+	counter uint64 // the shard's count of records up to this one: its first is 1
 	arrival time.Time
 	size    int
 	json    []byte
 }
 
-// seqString formats a sequence number as the service does: 56 decimal digits. The stream's
-// counter comes first, so numbers grow with arrival across the stream; the shard's index and
-// the stream's id follow, so a number tells which shard of which stream it belongs to, and one
-// from a deleted stream is refused by a new stream of the same name, as the service refuses it.
+// A sequence number is numbered per shard, as the service numbers them: 56 decimal digits,
+//
+//	49 · generation (10) · spread (10) · counter (20) · shard index (6) · stream id (8)
+//
+// The shard's counter counts its own records only, so a shard's numbers grow with its
+// arrivals and say nothing of other shards' traffic. The generation is one more than the
+// highest of the shard's parents' (0 for a stream's first shards), so a child's numbers sort
+// above every number of its parents, as the service's do. The spread is a hash of the stream
+// and the shard's index: shards of one generation take blocks of numbers in an order that
+// varies from stream to stream, neither by arrival nor by index, so numbers of different
+// shards compare in no way a test could rely on (the service promises no order between
+// shards either). The shard's index and the stream's id tell which shard of which stream a
+// number belongs to, so that one from a deleted stream is refused by a new stream of the same
+// name, as the service refuses it.
 func seqString(counter uint64, sh *shard) string {
-	return fmt.Sprintf("49%040d%06d%08d", counter, sh.index, sh.streamID%1e8)
+	return fmt.Sprintf("49%010d%010d%020d%06d%08d", sh.gen, sh.spread, counter, sh.index, sh.streamID%1e8)
 }
 
-func parseSeq(s string) (counter uint64, shardIndex int, streamID uint64, ok bool) {
+// seqParts is what a sequence number says.
+type seqParts struct {
+	gen, spread, counter uint64
+	shardIndex           int
+	streamID             uint64
+}
+
+func parseSeq(s string) (seqParts, bool) {
 	if len(s) != 56 || s[:2] != "49" {
-		return 0, 0, 0, false
+		return seqParts{}, false
 	}
-	c, err1 := strconv.ParseUint(s[2:42], 10, 64)
-	i, err2 := strconv.Atoi(s[42:48])
-	id, err3 := strconv.ParseUint(s[48:], 10, 64)
-	return c, i, id, err1 == nil && err2 == nil && err3 == nil
+	var p seqParts
+	var errs [5]error
+	p.gen, errs[0] = strconv.ParseUint(s[2:12], 10, 64)
+	p.spread, errs[1] = strconv.ParseUint(s[12:22], 10, 64)
+	p.counter, errs[2] = strconv.ParseUint(s[22:42], 10, 64)
+	p.shardIndex, errs[3] = strconv.Atoi(s[42:48])
+	p.streamID, errs[4] = strconv.ParseUint(s[48:], 10, 64)
+	for _, err := range errs {
+		if err != nil {
+			return seqParts{}, false
+		}
+	}
+	return p, true
+}
+
+// spread places a shard's block of numbers among its generation's: splitmix64 of the stream's
+// id and the shard's index, below 10^10.
+func spread(streamID uint64, index int) uint64 {
+	z := (streamID<<32 ^ uint64(index)) + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return (z ^ z>>31) % 1e10
 }
 
 type recordJSON struct {
@@ -123,13 +158,13 @@ func (s *Server) put(st *stream, e *putEntry, key *big.Int, now time.Time) (*sha
 	if s.cfg.limits && !sh.limits.write(size, now) {
 		return nil, "", errThroughput("Rate exceeded for shard %s in stream %s under account %s.", sh.id, st.name, account)
 	}
-	st.seq++
-	seq := seqString(st.seq, sh)
+	counter := uint64(len(sh.records)) + 1
+	seq := seqString(counter, sh)
 	buf, err := json.Marshal(recordJSON{SequenceNumber: seq, ApproximateArrivalTimestamp: epochSeconds(now), Data: e.Data, PartitionKey: e.PartitionKey})
 	if err != nil {
 		return nil, "", errInternal("encode record: %v", err)
 	}
-	sh.records = append(sh.records, record{counter: st.seq, arrival: now, size: size, json: buf})
+	sh.records = append(sh.records, record{counter: counter, arrival: now, size: size, json: buf})
 	sh.wake()
 	return sh, seq, nil
 }

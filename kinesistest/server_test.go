@@ -1,6 +1,8 @@
 package kinesistest
 
 import (
+	"context"
+	"fmt"
 	"math/big"
 	"strings"
 	"testing"
@@ -34,22 +36,50 @@ func TestOptionsRejected(t *testing.T) {
 }
 
 func TestSequenceNumbers(t *testing.T) {
-	sh := &shard{index: 7, streamID: 123}
+	sh := &shard{index: 7, streamID: 123, gen: 2, spread: spread(123, 7)}
 	s := seqString(42, sh)
 	if len(s) != 56 {
 		t.Fatalf("%s has %d digits, want 56", s, len(s))
 	}
-	c, idx, id, ok := parseSeq(s)
-	if !ok || c != 42 || idx != 7 || id != 123 {
-		t.Fatalf("parseSeq(%s) = %d %d %d %v, want 42 7 123 true", s, c, idx, id, ok)
+	p, ok := parseSeq(s)
+	if !ok || p != (seqParts{gen: 2, spread: sh.spread, counter: 42, shardIndex: 7, streamID: 123}) {
+		t.Fatalf("parseSeq(%s) = %+v %v, want gen 2, spread %d, counter 42, shard 7, stream 123", s, p, ok, sh.spread)
 	}
-	if later := seqString(43, &shard{index: 0, streamID: 123}); later <= s {
-		t.Fatalf("a later record's number %s does not sort after %s", later, s)
+	if later := seqString(43, sh); later <= s {
+		t.Fatalf("the shard's next number %s does not sort after %s", later, s)
+	}
+	if child := seqString(1, &shard{index: 8, streamID: 123, gen: 3, spread: spread(123, 8)}); child <= seqString(1<<62, sh) {
+		t.Fatalf("a child's first number %s does not sort after its parent's", child)
 	}
 	for _, bad := range []string{"", "123", strings.Repeat("9", 56), "49" + strings.Repeat("x", 54)} {
-		if _, _, _, ok := parseSeq(bad); ok {
+		if _, ok := parseSeq(bad); ok {
 			t.Errorf("parseSeq(%q) accepted it", bad)
 		}
+	}
+}
+
+// TestSequenceOrderAcrossShards: which of two shards of one generation numbers above the other
+// varies from stream to stream, so no test can come to rely on an order between shards.
+func TestSequenceOrderAcrossShards(t *testing.T) {
+	srv := NewServer()
+	defer srv.Close()
+	ctx := context.Background()
+	firstBelow := map[bool]int{}
+	for i := range 8 {
+		name := fmt.Sprintf("s%d", i)
+		if err := srv.CreateStream(ctx, name, 2); err != nil {
+			t.Fatal(err)
+		}
+		// MD5 puts "a" in the first half of the hash keys, "b" in the second.
+		a, err1 := srv.Put(ctx, name, "a", []byte("x"))
+		b, err2 := srv.Put(ctx, name, "b", []byte("x"))
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		firstBelow[a[0] < b[0]]++
+	}
+	if firstBelow[true] == 0 || firstBelow[false] == 0 {
+		t.Fatalf("over 8 streams, shard 0 numbered below shard 1 %d times and above it %d times: want both", firstBelow[true], firstBelow[false])
 	}
 }
 

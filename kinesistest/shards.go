@@ -42,8 +42,8 @@ type shard struct {
 	parent   string
 	adjacent string
 	hash     hashRange
-	startSeq uint64 // the stream's sequence counter when the shard opened
-	endSeq   uint64 // the counter when it closed; 0 while open
+	gen      uint64 // with spread, where the shard's sequence numbers lie (seqString)
+	spread   uint64
 	closed   bool
 	opened   time.Time
 	closedAt time.Time
@@ -61,9 +61,14 @@ func (st *stream) addShard(r hashRange, now time.Time, parent, adjacent string) 
 		parent:   parent,
 		adjacent: adjacent,
 		hash:     r,
-		startSeq: st.seq,
+		spread:   spread(st.id, len(st.shards)),
 		opened:   now,
 		changed:  make(chan struct{}),
+	}
+	for _, p := range []string{parent, adjacent} {
+		if ps := st.shard(p); ps != nil {
+			sh.gen = max(sh.gen, ps.gen+1)
+		}
 	}
 	st.shards = append(st.shards, sh)
 	return sh
@@ -87,7 +92,7 @@ func (sh *shard) wake() {
 }
 
 func (st *stream) closeShard(sh *shard, now time.Time) {
-	sh.closed, sh.closedAt, sh.endSeq = true, now, st.seq
+	sh.closed, sh.closedAt = true, now
 	sh.wake()
 }
 
@@ -107,9 +112,11 @@ type hashRangeJSON struct{ StartingHashKey, EndingHashKey string }
 func (sh *shard) json() shardJSON {
 	j := shardJSON{ShardId: sh.id, ParentShardId: sh.parent, AdjacentParentShardId: sh.adjacent,
 		HashKeyRange: hashRangeJSON{sh.hash.start.String(), sh.hash.end.String()}}
-	j.SequenceNumberRange.StartingSequenceNumber = seqString(sh.startSeq, sh)
+	// The shard's counter starts at 0, its first record is 1; no record arrives after the
+	// shard closes, so it ends at its last record (at its start when it has none).
+	j.SequenceNumberRange.StartingSequenceNumber = seqString(0, sh)
 	if sh.closed {
-		j.SequenceNumberRange.EndingSequenceNumber = seqString(sh.endSeq, sh)
+		j.SequenceNumberRange.EndingSequenceNumber = seqString(uint64(len(sh.records)), sh)
 	}
 	return j
 }

@@ -29,7 +29,6 @@ type stream struct {
 	status    string
 	settleAt  time.Time // when a CREATING, UPDATING or DELETING status ends
 	shards    []*shard  // by index; closed shards stay
-	seq       uint64    // the last sequence counter handed out
 	consumers map[string]*consumer
 }
 

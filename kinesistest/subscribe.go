@@ -102,7 +102,7 @@ func (s *Server) subscribeToShard(w http.ResponseWriter, r *http.Request, body [
 			if breakNow() {
 				return
 			}
-			cont := seqString(sh.startSeq, sh)
+			cont := seqString(0, sh)
 			if end > 0 {
 				cont = seqString(records[end-1].counter, sh)
 			}

@@ -281,7 +281,7 @@ func (c *Checker) HandOut(d Delivery, at time.Time) {
 		c.fail("shard %s: lease counter %d handed out by %s and by %s", d.Shard, d.Tenure.Counter, top.owner, d.Tenure.Owner)
 	}
 	h := holding{d.Shard, d.Tenure.Counter}
-	if from, ok := c.started[h]; ok && !after(d.At, from) && !c.rewound[instanceOf(d.Tenure.Owner)] {
+	if from, ok := c.started[h]; ok && handledBy(from, d.At) && !c.rewound[instanceOf(d.Tenure.Owner)] {
 		c.fail("shard %s: %s handed out %s (%s) under counter %d, at or before the checkpoint %s its holding started from",
 			d.Shard, d.Instance, d.ID, d.At.Sequence, d.Tenure.Counter, from.Sequence)
 	}
@@ -349,13 +349,13 @@ func (c *Checker) Applied(w Write) {
 	}
 	switch w.Op {
 	case "Checkpoint", "CheckpointOrdered":
-		if w.Before.Checkpoint.Sequence != "" && after(w.Before.Checkpoint, w.After.Checkpoint) {
+		if w.Before.Checkpoint.Sequence != "" && checkpointAfter(w.Before.Checkpoint, w.After.Checkpoint) {
 			c.fail("shard %s: %s moved the checkpoint back from %s/%d to %s/%d (late: %v)", shard, w.Writer,
 				w.Before.Checkpoint.Sequence, w.Before.Checkpoint.SubSequence, w.After.Checkpoint.Sequence, w.After.Checkpoint.SubSequence, w.Late)
 		}
 	case "Release":
 		h := holding{shard, w.Before.Counter}
-		if a, ok := c.drained[h]; ok && after(a, w.After.Checkpoint) {
+		if a, ok := c.drained[h]; ok && !handledBy(w.After.Checkpoint, a) {
 			c.miss("shard %s: %s handed back under counter %d with checkpoint %s, before %s it had acked: acked records are delivered again",
 				shard, w.Writer, w.Before.Counter, w.After.Checkpoint.Sequence, a.Sequence)
 		}

@@ -42,6 +42,7 @@ func Run(t *testing.T, b Backend) {
 		{"MissingStream", testMissingStream},
 		{"PutGetOrder", testPutGetOrder},
 		{"PutRecordRouting", testPutRecordRouting},
+		{"SequencePerShard", testSequencePerShard},
 		{"IteratorTypes", testIteratorTypes},
 		{"GetRecordsLimit", testGetRecordsLimit},
 		{"InvalidIterator", testInvalidIterator},

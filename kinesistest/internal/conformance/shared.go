@@ -116,6 +116,68 @@ func testPutGetOrder(t *testing.T, c *kinesis.Client) {
 	}
 }
 
+// testSequencePerShard: sequence numbers are numbered per shard. Records put to two shards in
+// turn get numbers that grow within each shard and do not interleave: a shard's numbers say
+// nothing of when records arrived in another. A split's children number above every number
+// of their parent's, its EndingSequenceNumber included.
+func testSequencePerShard(t *testing.T, c *kinesis.Client) {
+	name := newStream(t, c, 2)
+	shards := listShards(t, c, name)
+	put := func(sh types.Shard, data string) *big.Int {
+		t.Helper()
+		out, err := c.PutRecord(ctx(t), &kinesis.PutRecordInput{StreamName: aws.String(name), Data: []byte(data),
+			PartitionKey: aws.String("k"), ExplicitHashKey: sh.HashKeyRange.StartingHashKey})
+		if err != nil {
+			t.Fatalf("PutRecord: %v", err)
+		}
+		if aws.ToString(out.ShardId) != aws.ToString(sh.ShardId) {
+			t.Fatalf("a record for %s went to %s", aws.ToString(sh.ShardId), aws.ToString(out.ShardId))
+		}
+		return bigInt(t, out.SequenceNumber)
+	}
+	var nums [2][]*big.Int
+	for i, to := range []int{0, 0, 1, 1, 0, 1, 0} {
+		nums[to] = append(nums[to], put(shards[to], fmt.Sprint(i)))
+	}
+	for i, ns := range nums {
+		for j := 1; j < len(ns); j++ {
+			if ns[j].Cmp(ns[j-1]) <= 0 {
+				t.Fatalf("shard %d: sequence numbers not increasing: %s then %s", i, ns[j-1], ns[j])
+			}
+		}
+	}
+	lo, hi := nums[0], nums[1]
+	if lo[0].Cmp(hi[0]) > 0 {
+		lo, hi = hi, lo
+	}
+	if lo[len(lo)-1].Cmp(hi[0]) >= 0 {
+		t.Fatalf("the shards' numbers interleave by arrival: %v and %v", nums[0], nums[1])
+	}
+
+	mid := new(big.Int).Rsh(bigInt(t, shards[0].HashKeyRange.EndingHashKey), 1)
+	if _, err := c.SplitShard(ctx(t), &kinesis.SplitShardInput{StreamName: aws.String(name), ShardToSplit: shards[0].ShardId,
+		NewStartingHashKey: aws.String(mid.String())}); err != nil {
+		t.Fatalf("SplitShard: %v", err)
+	}
+	testenv.WaitActive(t, c, name)
+	after := listShards(t, c, name)
+	if len(after) != 4 {
+		t.Fatalf("after a split: %d shards, want 4", len(after))
+	}
+	parentEnd := bigInt(t, after[0].SequenceNumberRange.EndingSequenceNumber)
+	if parentEnd.Cmp(nums[0][len(nums[0])-1]) < 0 {
+		t.Fatalf("the parent's EndingSequenceNumber %s is below its last record's %s", parentEnd, nums[0][len(nums[0])-1])
+	}
+	for _, child := range after[2:] {
+		start := bigInt(t, child.SequenceNumberRange.StartingSequenceNumber)
+		first := put(child, "child")
+		if start.Cmp(parentEnd) <= 0 || first.Cmp(parentEnd) <= 0 {
+			t.Fatalf("child %s starts at %s, its first record %s: want both above the parent's end %s",
+				aws.ToString(child.ShardId), start, first, parentEnd)
+		}
+	}
+}
+
 func testPutRecordRouting(t *testing.T, c *kinesis.Client) {
 	name := newStream(t, c, 2)
 	shards := listShards(t, c, name)
