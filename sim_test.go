@@ -717,7 +717,7 @@ func (f *simFleet) crashAndRestart(in *simInstance, r *simRun, after time.Durati
 		shard, ok := strings.CutPrefix(l.Key, f.stream+"/")
 		// The shards it read: bound to it. A pending one it was still waiting for: its previous
 		// reader may read it until a taker's own wait is over.
-		if ok && !strings.HasPrefix(shard, "~") && l.Owner == owner && l.Expiry.IsZero() && l.Checkpoint.Sequence != lease.ShardEnd {
+		if ok && lease.KindOf(l.Key) == lease.KindShard && l.Owner == owner && l.Expiry.IsZero() && l.Checkpoint.Sequence != lease.ShardEnd {
 			f.failover[shard] = time.Now()
 			held = append(held, shard)
 		}

@@ -336,7 +336,7 @@ func (c *Checker) GaveUp(shard string, t lease.Tenure) {
 // Applied checks a write the table applied.
 func (c *Checker) Applied(w Write) {
 	shard, ok := strings.CutPrefix(w.Key, c.stream+"/")
-	if !ok || strings.HasPrefix(shard, "~") || strings.Contains(shard, "protocol") {
+	if !ok || lease.KindOf(w.Key) != lease.KindShard {
 		return
 	}
 	c.mu.Lock()
