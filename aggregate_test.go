@@ -375,3 +375,21 @@ func TestAggregatedRecordsDelivered(t *testing.T) {
 	l = readLease(t, store, s.name, shard)
 	require.Equal(t, []any{aggSeq, int64(0)}, []any{l.Checkpoint.Sequence, l.Checkpoint.SubSequence}, "the whole aggregate handled")
 }
+
+func TestIsAggregated(t *testing.T) {
+	for _, tc := range []struct {
+		data []byte
+		want bool
+	}{
+		{[]byte{0xF3, 0x89, 0x9A, 0xC2}, true},
+		{[]byte{0xF3, 0x89, 0x9A, 0xC2, 0x0A, 0x01}, true},
+		{[]byte{0xF3, 0x89, 0x9A}, false},
+		{[]byte{0xF3, 0x89, 0x9A, 0xC3}, false},
+		{[]byte("RSK1"), false},
+		{nil, false},
+	} {
+		if got := isAggregated(tc.data); got != tc.want {
+			t.Errorf("isAggregated(% x) = %v, want %v", tc.data, got, tc.want)
+		}
+	}
+}

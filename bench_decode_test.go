@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"github.com/gostream/kinesub/internal/recordsjson"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ import (
 )
 
 // decodingKinesis is a pageKinesis whose GetRecords answers are decoded from JSON bodies by
-// kinesub's own decoder (recordsjson.go), as the Kinesis client's answers are: what a page
+// kinesub's own decoder (internal/recordsjson), as the Kinesis client's answers are: what a page
 // costs to decode, and every record's allocations, are in the measurement, as end to end.
 // Records are of benchRecordSize bytes under 1,000 partition keys, each record's JSON the same
 // length, so that a body of any count is a prefix of one rendered body.
@@ -71,7 +72,7 @@ func (f *decodingKinesis) GetRecords(ctx context.Context, in *kinesis.GetRecords
 	*buf = body
 	// As recordsProtocol decodes the answer to a call for in.Limit records.
 	out := new(kinesis.GetRecordsOutput)
-	if err := decodeRecordsHint(body, out, min(n, len(body)/minRecordJSON+1)); err != nil {
+	if err := recordsjson.DecodeHint(body, out, min(n, len(body)/recordsjson.MinRecordJSON+1)); err != nil {
 		return nil, err
 	}
 	return out, nil

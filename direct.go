@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/gostream/kinesub/internal/recordsjson"
 	"net/http"
 	"reflect"
 	"strings"
@@ -28,7 +29,7 @@ import (
 // allocations), resolves its endpoint and auth scheme, signs, and decodes through the
 // protocol's schema: on an idle shard, that is most of a poll's CPU. directRecords sends the
 // same request itself, over the client's own HTTP client, credentials, signer and endpoint
-// resolver, and decodes the answer with decodeRecords.
+// resolver, and decodes the answer with recordsjson.Decode.
 //
 // It is used only for a client that adds nothing to the SDK's request path: no APIOptions, no
 // interceptors, no client log mode, no tracer or meter provider, the default protocol, auth
@@ -83,7 +84,7 @@ func directEligible(o kinesis.Options) bool {
 		o.HTTPClient == nil, o.Credentials == nil, o.HTTPSignerV4 == nil, !plainRegion(o.Region),
 		len(o.AuthSchemes) != len(none.AuthSchemes), len(o.AuthSchemePreference) > 0,
 		o.AccountIDEndpointMode == aws.AccountIDEndpointModeRequired,
-		o.Protocol == nil || o.Protocol.ID() != awsJSON11,
+		o.Protocol == nil || o.Protocol.ID() != recordsjson.AWSJSON11,
 		!same(o.EndpointResolverV2, none.EndpointResolverV2),
 		!same(o.AuthSchemeResolver, none.AuthSchemeResolver),
 		interceptors(o.Interceptors) > 0:
@@ -173,8 +174,8 @@ func (d *directRecords) call(ctx context.Context, in *kinesis.GetRecordsInput, l
 		}})
 	}
 	defer resp.Body.Close()
-	buf, err := readBody(resp.Body, resp.ContentLength)
-	defer releaseBody(buf)
+	buf, err := recordsjson.ReadBody(resp.Body, resp.ContentLength)
+	defer recordsjson.ReleaseBody(buf)
 	if err != nil {
 		return nil, false, directError(&smithy.DeserializationError{Err: err})
 	}
@@ -188,9 +189,9 @@ func (d *directRecords) call(ctx context.Context, in *kinesis.GetRecordsInput, l
 	out := &kinesis.GetRecordsOutput{}
 	hint := 0
 	if limit > 0 {
-		hint = min(limit, buf.Len()/minRecordJSON+1)
+		hint = min(limit, buf.Len()/recordsjson.MinRecordJSON+1)
 	}
-	if err := decodeRecordsHint(buf.Bytes(), out, hint); err != nil {
+	if err := recordsjson.DecodeHint(buf.Bytes(), out, hint); err != nil {
 		return nil, true, directError(&smithy.DeserializationError{Err: err})
 	}
 	return out, false, nil

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"github.com/gostream/kinesub/internal/recordsjson"
 	"hash/crc32"
 	"io"
 
@@ -21,7 +22,7 @@ import (
 //
 // eventsProtocol takes the events of one SubscribeToShard call over on the SDK's reader
 // goroutine: it reads each event-stream message itself, decodes a SubscribeToShardEvent with
-// kinesub's GetRecords decoder (recordsjson.go) and hands it straight to the shard's reader on
+// kinesub's GetRecords decoder (internal/recordsjson) and hands it straight to the shard's reader on
 // events. Every other message (an exception, an error, an unknown event type, a message it
 // does not read: bad checksums, header types it does not know, JSON it leaves to the SDK) and
 // every read error goes, as the bytes it read, to the SDK's protocol, which answers as it
@@ -67,7 +68,7 @@ const (
 // handing events to events until done is closed.
 func fanOutEvents(events chan<- *types.SubscribeToShardEvent, done <-chan struct{}) func(*kinesis.Options) {
 	return func(o *kinesis.Options) {
-		if o.Protocol == nil || o.Protocol.ID() != awsJSON11 {
+		if o.Protocol == nil || o.Protocol.ID() != recordsjson.AWSJSON11 {
 			return
 		}
 		o.Protocol = &eventsProtocol{ClientProtocol: o.Protocol, events: events, done: done}
@@ -150,7 +151,7 @@ func decodeEventMessage(raw []byte) *types.SubscribeToShardEvent {
 		return nil
 	}
 	ev := new(types.SubscribeToShardEvent)
-	if decodeEvent(payload, ev) != nil {
+	if recordsjson.DecodeEvent(payload, ev) != nil {
 		return nil
 	}
 	return ev
@@ -219,15 +220,6 @@ func eventHeaders(h []byte) (msgType, eventType []byte, ok bool) {
 		}
 	}
 	return msgType, eventType, true
-}
-
-// decodeEvent decodes a SubscribeToShardEvent's JSON payload into ev, as the SDK would.
-func decodeEvent(payload []byte, ev *types.SubscribeToShardEvent) error {
-	// An event holds a record or a few while records trickle in: blocks and slices sized to
-	// the payload, not to a page.
-	size := min(len(payload), arenaBlock)
-	d := &recordsDecoder{b: payload, str: arena{size: size}, dat: arena{size: size}, recordsHint: min(1+len(payload)/256, 64)}
-	return d.page(&ev.Records, "ContinuationSequenceNumber", &ev.ContinuationSequenceNumber, &ev.MillisBehindLatest, &ev.ChildShards)
 }
 
 // errReader returns err on every read.

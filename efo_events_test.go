@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/gostream/kinesub/internal/recordsjson/recordsjsontest"
 	"hash/crc32"
 	"io"
 	"maps"
@@ -63,7 +64,7 @@ func streamClient(t testing.TB, msgs ...[]byte) *kinesis.Client {
 	return kinesis.New(kinesis.Options{
 		Region:      "us-east-1",
 		Credentials: aws.AnonymousCredentials{},
-		HTTPClient: httpDoer(func(r *http.Request) (*http.Response, error) {
+		HTTPClient: recordsjsontest.Doer(func(r *http.Request) (*http.Response, error) {
 			return &http.Response{
 				StatusCode: 200, Proto: "HTTP/2.0", ProtoMajor: 2, Request: r,
 				Header: http.Header{"Content-Type": {"application/vnd.amazon.eventstream"}},
@@ -134,14 +135,14 @@ func requireSame(t testing.TB, sdk, ours streamed) {
 	require.Equal(t, sdk.events, ours.events)
 	require.Equal(t, sdk.err == nil, ours.err == nil, "sdk: %v; ours: %v", sdk.err, ours.err)
 	if sdk.err != nil {
-		require.Equal(t, fmt.Sprintf("%T", unwrapAll(sdk.err)), fmt.Sprintf("%T", unwrapAll(ours.err)))
+		require.Equal(t, fmt.Sprintf("%T", recordsjsontest.UnwrapAll(sdk.err)), fmt.Sprintf("%T", recordsjsontest.UnwrapAll(ours.err)))
 		require.Equal(t, sdk.err.Error(), ours.err.Error())
 	}
 }
 
 // genEvent is a generated GetRecords answer made a SubscribeToShardEvent's payload.
 func genEvent(rng *rand.Rand) string {
-	return strings.ReplaceAll(genAnswer(rng), `"NextShardIterator"`, `"ContinuationSequenceNumber"`)
+	return strings.ReplaceAll(recordsjsontest.GenAnswer(rng), `"NextShardIterator"`, `"ContinuationSequenceNumber"`)
 }
 
 // TestEventsDecodeAsSDK holds kinesub's reading of SubscribeToShard events to the SDK's on

@@ -3,6 +3,7 @@ package kinesub
 import (
 	"errors"
 	"fmt"
+	"github.com/gostream/kinesub/internal/envelope"
 )
 
 var (
@@ -69,7 +70,7 @@ var (
 	// ErrInvalidHeader is wrapped by the error for a header that the envelope cannot carry: an empty
 	// name, a name containing ':' or '\n', a value containing '\n', a name or value beginning or
 	// ending with white space (readers trim it), or two names that differ only in case.
-	ErrInvalidHeader = errors.New("kinesub: invalid header")
+	ErrInvalidHeader = envelope.ErrInvalidHeader
 )
 
 // ShardError is a failure of one operation, on one shard or (with Shard empty) on the whole

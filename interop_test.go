@@ -1,6 +1,7 @@
 package kinesub
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,8 +15,8 @@ import (
 func TestCrateEnvelopes(t *testing.T) {
 	s := newStream(t, 1)
 	sub := subscribeT(t, s, testOpts(lease.NewMemory(), WithStartAt(Horizon()))...)
-	s.put("k", envelope("Content-Type : application/json\r\ncomment line\nX-Trace-ID:ab:cd\r\nx-trace-id: EF\n", `{"n":1}`))
-	s.put("k", envelope("no headers here\n", "second"))
+	s.put("k", rawEnvelope("Content-Type : application/json\r\ncomment line\nX-Trace-ID:ab:cd\r\nx-trace-id: EF\n", `{"n":1}`))
+	s.put("k", rawEnvelope("no headers here\n", "second"))
 	past := []byte("RSK1\x00\x00\x01\x00k: v\n")
 	s.put("k", past)
 	got := recv(t, sub, 3, true)
@@ -32,4 +33,11 @@ func TestCrateEnvelopes(t *testing.T) {
 	m := recv(t, sub, 1, true)[0]
 	require.Equal(t, map[string]string{"trace-id": "x: y"}, m.Headers())
 	require.Equal(t, "third", string(m.Data()))
+}
+
+// rawEnvelope returns the bytes of an envelope with block as it is, as another writer (the
+// crate) may have written it.
+func rawEnvelope(block string, payload string) []byte {
+	b := binary.BigEndian.AppendUint32([]byte("RSK1"), uint32(len(block)))
+	return append(append(b, block...), payload...)
 }

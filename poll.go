@@ -3,6 +3,7 @@ package kinesub
 import (
 	"context"
 	"errors"
+	"github.com/gostream/kinesub/internal/recordsjson"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,10 +20,10 @@ const quietAfter = 10
 
 // Service limits a poller keeps to on its shard.
 const (
-	getRecordsPerSecond = 5                // GetRecords calls per second per shard
-	bytesPerSecond      = 2 << 20          // read throughput per shard
-	maxResponseBytes    = 10 << 20         // the most record data one GetRecords response carries
-	bytesBurst          = maxResponseBytes // the byte budget holds one; reads past it pause the shard
+	getRecordsPerSecond = 5                            // GetRecords calls per second per shard
+	bytesPerSecond      = 2 << 20                      // read throughput per shard
+	maxResponseBytes    = recordsjson.MaxResponseBytes // the most record data one GetRecords response carries
+	bytesBurst          = maxResponseBytes             // the byte budget holds one; reads past it pause the shard
 )
 
 // poller reads one shard with GetShardIterator and GetRecords, within the shard's call rate
@@ -135,7 +136,7 @@ func (p *poller) getRecords(ctx context.Context, in *kinesis.GetRecordsInput, li
 			return out, err
 		}
 	}
-	return p.client.GetRecords(ctx, in, noRetry, fastRecordsUpTo(limit), cachedEndpoints)
+	return p.client.GetRecords(ctx, in, noRetry, recordsjson.UpTo(limit), cachedEndpoints)
 }
 
 func (p *poller) close() {}

@@ -2,6 +2,7 @@ package kinesub
 
 import (
 	"bytes"
+	"github.com/gostream/kinesub/internal/envelope"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -33,7 +34,7 @@ func TestAggregatePlanMatchesEncoding(t *testing.T) {
 				}
 			}
 			if rng.IntN(5) == 0 {
-				enc, err := encodeEnvelope(map[string]string{"n": strconv.Itoa(round)}, r.data)
+				enc, err := envelope.Encode(map[string]string{"n": strconv.Itoa(round)}, r.data)
 				require.NoError(t, err)
 				r.data = enc
 			}

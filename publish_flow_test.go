@@ -3,6 +3,7 @@ package kinesub
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/gostream/kinesub/internal/envelope"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -110,7 +111,7 @@ func storedRecords(t *testing.T, c *kinesis.Client, stream string) []types.Recor
 func byKey(recs []types.Record) map[string][]string {
 	out := map[string][]string{}
 	for _, r := range recs {
-		_, p := decodeEnvelope(r.Data)
+		_, p := envelope.Decode(r.Data)
 		k := aws.ToString(r.PartitionKey)
 		out[k] = append(out[k], string(bytes.TrimRight(p, "\x00")))
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/gostream/kinesub/internal/envelope"
 	"maps"
 	"math/big"
 	"os"
@@ -236,7 +237,7 @@ func TestPublishAggregated(t *testing.T) {
 			if isAggregated(r.Data) {
 				require.Equal(t, j, u.SubSequenceNumber)
 			}
-			headers, payload := decodeEnvelope(u.Data)
+			headers, payload := envelope.Decode(u.Data)
 			w, ok := want[string(payload[:min(len(payload), 12)])]
 			require.True(t, ok, "record %s, user record %d: payload %.20q was not published", seqNo, j, payload)
 			require.Equal(t, w.PartitionKey, u.PartitionKey)

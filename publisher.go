@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gostream/kinesub/internal/envelope"
 	"strings"
 	"unicode/utf8"
 
@@ -199,7 +200,7 @@ func prepareRecord(partitionKey, explicitHashKey string, data []byte, headers ma
 			return nil, hashKey{}, fmt.Errorf("explicit hash key %q: must be a decimal number from 0 to 2^128-1 without leading zeros", explicitHashKey)
 		}
 	}
-	enc, err := encodeEnvelope(headers, data)
+	enc, err := envelope.Encode(headers, data)
 	if err != nil {
 		return nil, hashKey{}, err
 	}

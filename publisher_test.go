@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gostream/kinesub/internal/envelope"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -110,7 +111,7 @@ func (f *fakeKinesis) sent() [][]string {
 	for _, c := range f.calls {
 		var ps []string
 		for _, e := range c {
-			_, p := decodeEnvelope(e.Data)
+			_, p := envelope.Decode(e.Data)
 			ps = append(ps, string(p))
 		}
 		out = append(out, ps)
@@ -128,7 +129,7 @@ func (f *fakeKinesis) callCount() int {
 func refuse(entries []types.PutRecordsRequestEntry, bad func(payload string) bool) *kinesis.PutRecordsOutput {
 	out := &kinesis.PutRecordsOutput{FailedRecordCount: aws.Int32(0)}
 	for i, e := range entries {
-		_, p := decodeEnvelope(e.Data)
+		_, p := envelope.Decode(e.Data)
 		if bad(string(p)) {
 			*out.FailedRecordCount++
 			out.Records = append(out.Records, types.PutRecordsResultEntry{
@@ -350,7 +351,7 @@ func TestPublish(t *testing.T) {
 	if aws.ToString(got.StreamName) != "s" || aws.ToString(got.PartitionKey) != "user-42" {
 		t.Errorf("PutRecord stream %q, key %q", aws.ToString(got.StreamName), aws.ToString(got.PartitionKey))
 	}
-	h, payload := decodeEnvelope(got.Data)
+	h, payload := envelope.Decode(got.Data)
 	if !maps.Equal(h, headers) || string(payload) != "hello" {
 		t.Errorf("record decodes to %q, %q", h, payload)
 	}
@@ -392,7 +393,7 @@ func TestPublishBatchResendsOnlyRefusedRecords(t *testing.T) {
 		}
 		// The resent entries keep their partition keys.
 		for _, e := range f.calls[1] {
-			_, p := decodeEnvelope(e.Data)
+			_, p := envelope.Decode(e.Data)
 			if want := "key-" + string(p); aws.ToString(e.PartitionKey) != want {
 				t.Errorf("record %s resent with key %q, want %q", p, aws.ToString(e.PartitionKey), want)
 			}
@@ -465,7 +466,7 @@ func (w *writeTimes) answer(_ int, in []types.PutRecordsRequestEntry) (*kinesis.
 		w.at = map[string]time.Time{}
 	}
 	for _, e := range in {
-		_, p := decodeEnvelope(e.Data)
+		_, p := envelope.Decode(e.Data)
 		w.at[string(p)] = time.Now()
 	}
 	return refuse(in, among()), nil
@@ -508,7 +509,7 @@ func TestPublishBatchPacesEachShard(t *testing.T) {
 			// 600,006 bytes each: one at once, then one every 0.57 s, less the head start a
 			// new pacer keeps in hand.
 			for i := range recs {
-				_, payload := decodeEnvelope(recs[i].Data)
+				_, payload := envelope.Decode(recs[i].Data)
 				got := w.at[string(payload)].Sub(start).Seconds()
 				if want := max(0, float64(600_006*(i+1))/shardBytesPerSecond-1+pacerHeadStart.Seconds()); got < want-0.001 || got > want+0.001 {
 					t.Errorf("record %d written after %.3fs, want %.3fs", i, got, want)
@@ -648,7 +649,7 @@ func (s *storingFake) answer(call int, in []types.PutRecordsRequestEntry) (*kine
 			out.Records = append(out.Records, types.PutRecordsResultEntry{ErrorCode: aws.String(code), ErrorMessage: aws.String("refused")})
 			continue
 		}
-		_, p := decodeEnvelope(e.Data)
+		_, p := envelope.Decode(e.Data)
 		k := aws.ToString(e.PartitionKey)
 		s.stored[k] = append(s.stored[k], string(p))
 		out.Records = append(out.Records, types.PutRecordsResultEntry{SequenceNumber: aws.String("1"), ShardId: aws.String("shardId-000000000000")})
@@ -828,7 +829,7 @@ func TestPublishBatchRetriesCeiling(t *testing.T) {
 				f := &fakeKinesis{putRecords: func(_ int, in []types.PutRecordsRequestEntry) (*kinesis.PutRecordsOutput, error) {
 					out := refuse(in, among())
 					for i, e := range in {
-						if _, p := decodeEnvelope(e.Data); string(p) == "1" {
+						if _, p := envelope.Decode(e.Data); string(p) == "1" {
 							out.Records[i] = types.PutRecordsResultEntry{ErrorCode: aws.String("InternalFailure"), ErrorMessage: aws.String("Internal service failure.")}
 						}
 					}
@@ -974,7 +975,7 @@ func TestPublishBatchWritesTwiceOnlyWhenAnswerLost(t *testing.T) {
 		}
 		lost := map[string]bool{}
 		for _, e := range f.calls[0] {
-			_, p := decodeEnvelope(e.Data)
+			_, p := envelope.Decode(e.Data)
 			lost[string(p)] = true
 		}
 		twice := 0
@@ -1102,7 +1103,7 @@ func TestPublishIntegration(t *testing.T) {
 	if len(recs) != 2 {
 		t.Fatalf("read %d records, want 2", len(recs))
 	}
-	h, payload := decodeEnvelope(recs[0].Data)
+	h, payload := envelope.Decode(recs[0].Data)
 	if aws.ToString(recs[0].SequenceNumber) != seq1 || aws.ToString(recs[0].PartitionKey) != "user-1" ||
 		!maps.Equal(h, headers) || string(payload) != `{"n":1}` {
 		t.Errorf("first record: sequence %s, key %s, headers %q, payload %q", aws.ToString(recs[0].SequenceNumber), aws.ToString(recs[0].PartitionKey), h, payload)
@@ -1152,7 +1153,7 @@ func TestPublishBatchIntegration(t *testing.T) {
 	seen := make(map[int]bool)
 	last := make(map[string]int)
 	for _, r := range recs {
-		h, payload := decodeEnvelope(r.Data)
+		h, payload := envelope.Decode(r.Data)
 		i, err := strconv.Atoi(string(payload))
 		if err != nil || h["index"] != string(payload) || len(h) != 1 {
 			t.Fatalf("record decodes to %q, %q", h, payload)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gostream/kinesub/internal/envelope"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -316,10 +317,10 @@ func (r *reader) deliver(records []types.Record) bool {
 			m.off, m.arrival = uint32(len(slots)), arrival
 			m.setSeq(seq)
 			m.setKey(aws.ToString(rec.PartitionKey))
-			if !hasEnvelope(rec.Data) {
+			if !envelope.Has(rec.Data) {
 				m.setData(rec.Data)
 			} else {
-				headers, data := splitEnvelope(rec.Data)
+				headers, data := envelope.Split(rec.Data)
 				m.setData(data)
 				if len(headers) > 0 {
 					m.extra().headers = headers
@@ -347,7 +348,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			m.x.sub = int32(j)
 			m.setSeq(seq)
 			m.setKey(sub.partitionKey)
-			headers, data := splitEnvelope(sub.data)
+			headers, data := envelope.Split(sub.data)
 			m.setData(data)
 			if len(headers) > 0 {
 				m.x.headers = headers

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/gostream/kinesub/internal/envelope"
 	"maps"
 	"slices"
 	"testing"
@@ -252,8 +253,8 @@ func TestPublishWithoutTracerWritesDataAsGiven(t *testing.T) {
 	sends := tr.ended("send " + tr.stream)
 	require.Len(t, sends, 2)
 	for i, r := range out.Records[2:] {
-		require.True(t, bytes.HasPrefix(r.Data, []byte(envelopeMagic)))
-		h, payload := decodeEnvelope(r.Data)
+		require.True(t, bytes.HasPrefix(r.Data, []byte(envelope.Magic)))
+		h, payload := envelope.Decode(r.Data)
 		require.Equal(t, data, payload)
 		sc := sends[i].SpanContext()
 		want := "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-01"

@@ -22,7 +22,7 @@ import (
 // is refused the third (its holding is older than the one that wrote the key's mark) and told
 // the second is a replay: the fencing token a Message carries is the shard lease's counter.
 func TestApplyRefusesStolenShard(t *testing.T) {
-	f := newFixture(t)
+	f := newFixture(t, dynamosink.WithLeaseTable("memory"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	srv := kinesistest.NewServer()
@@ -71,7 +71,7 @@ func TestApplyRefusesStolenShard(t *testing.T) {
 	thief := l.Tenure()
 	require.Greater(t, thief.Counter, mine.Counter)
 	require.NoError(t, f.sink.ApplyMark(ctx, dynamosink.Mark{Key: "k", Shard: ms[1].ShardID(), Sequence: ms[1].SequenceNumber(),
-		SubSequence: ms[1].SubSequenceNumber(), Tenure: thief}, f.add("k", "2 by the thief")))
+		SubSequence: ms[1].SubSequenceNumber(), Tenure: thief, Leases: "memory"}, f.add("k", "2 by the thief")))
 
 	require.ErrorIs(t, f.sink.Apply(ctx, ms[1], f.add("k", "2")), dynamosink.ErrReplay)
 	err = f.sink.Apply(ctx, ms[2], f.add("k", "3"))

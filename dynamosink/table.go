@@ -17,9 +17,11 @@ import (
 //
 //	AttributeDefinitions: key (S); KeySchema: key HASH
 //
-// A mark item holds the attributes key, pos, shard, seq, sub, owner and counter. The marks of a
-// Sink must not share a table with its effects' items (they may with other Sinks' marks, apart
-// by WithKeyPrefix).
+// A mark item holds the attributes key, pos, shard, seq, sub, owner, counter, epoch, writes,
+// and when used leases, skipped and TTLAttribute. The marks of a Sink must not share a table
+// with its effects' items (Apply refuses items of the mark table); they may with other Sinks'
+// marks, apart by WithKeyPrefix. CreateTable does not enable time to live: with WithMarkTTL,
+// enable it on TTLAttribute (UpdateTimeToLive).
 func CreateTable(ctx context.Context, client *dynamodb.Client, table string) error {
 	if ctx == nil {
 		return fmt.Errorf("%w: nil context (pass context.Background())", ErrInvalidOption)

@@ -5,8 +5,11 @@
 // Every condition is checked against the items as they are, and only when all hold are the
 // writes applied, in request order; otherwise nothing is written and the answer is a
 // TransactionCanceledException with one cancellation reason per item, as DynamoDB sends it.
-// Transactions run one at a time, so they are atomic and isolated from each other; a
-// single-item write (PutItem, UpdateItem…) sent at the same moment may land between a
+// Transactions run at once, as DynamoDB's do, and each holds its items from its checks to its
+// last write: a transaction that reaches an item another one holds is cancelled with the
+// reason TransactionConflict for that item (None for the others), as DynamoDB cancels
+// concurrent transactions on one item. A request over 4 MB is refused (ValidationException).
+// A single-item write (PutItem, UpdateItem…) sent at the same moment may land between a
 // transaction's checks and its writes, which DynamoDB would refuse with TransactionConflict.
 'use strict'
 const crc32 = require('buffer-crc32') // dynalite's own, to sign answers as it does
@@ -21,26 +24,31 @@ const kinds = {
 }
 
 const target = 'DynamoDB_20120810.TransactWriteItems'
+const maxRequest = 4 * 1024 * 1024
 
 // install makes server (a dynalite server) answer TransactWriteItems. It must be called with
 // the store dynalite created (see storeOf).
 module.exports = function install (server, store) {
   const [ original ] = server.listeners('request')
   server.removeAllListeners('request')
-  let queue = Promise.resolve()
+  const held = new Set() // the items of the transactions running: table NUL key
   server.on('request', (req, res) => {
     if (req.headers['x-amz-target'] !== target) return original(req, res)
     const chunks = []
     req.on('data', (c) => chunks.push(c))
     req.on('end', () => {
       let body
+      const raw = Buffer.concat(chunks)
+      if (raw.length > maxRequest) {
+        return send(res, 400, { __type: 'com.amazon.coral.validate#ValidationException', message: 'Transaction request size exceeds the maximum allowed size of 4 MB' })
+      }
       try {
-        body = JSON.parse(Buffer.concat(chunks).toString() || '{}')
+        body = JSON.parse(raw.toString() || '{}')
       }
       catch (e) {
         return send(res, 400, { __type: 'com.amazon.coral.service#SerializationException', Message: e.message })
       }
-      queue = queue.then(() => transact(store, body)).then(
+      transact(store, held, body).then(
         (out) => send(res, out.status, out.body),
         (err) => send(res, err.statusCode || 500, err.body || { __type: 'InternalFailure', message: String(err) }))
     })
@@ -62,7 +70,7 @@ function invalid (msg) {
 
 const call = (f, ...args) => new Promise((resolve, reject) => f(...args, (err, v) => err ? reject(err) : resolve(v)))
 
-async function transact (store, body) {
+async function transact (store, held, body) {
   const items = body.TransactItems
   if (!Array.isArray(items) || items.length < 1 || items.length > 100) {
     return invalid('TransactItems must have between 1 and 100 items')
@@ -94,9 +102,38 @@ async function transact (store, body) {
       return invalid('Transaction request cannot include multiple operations on one item')
     }
     seen.add(data.TableName + '\u0000' + key)
-    ops.push({ kind, data, key, returnOld })
+    ops.push({ kind, data, key, returnOld, id: data.TableName + '\u0000' + key })
   }
 
+  // No await between looking at the items held and holding them: the two are one step.
+  if (ops.some((op) => held.has(op.id))) {
+    const reasons = ops.map((op) => held.has(op.id)
+      ? { Code: 'TransactionConflict', Message: 'Transaction is ongoing for the item' }
+      : { Code: 'None' })
+    return cancelled(reasons)
+  }
+  for (const op of ops) held.add(op.id)
+  try {
+    return await run(store, ops)
+  }
+  finally {
+    for (const op of ops) held.delete(op.id)
+  }
+}
+
+function cancelled (reasons) {
+  return {
+    status: 400,
+    body: {
+      __type: 'com.amazonaws.dynamodb.v20120810#TransactionCanceledException',
+      message: 'Transaction cancelled, please refer cancellation reasons for specific reasons [' +
+        reasons.map((r) => r.Code).join(', ') + ']',
+      CancellationReasons: reasons,
+    },
+  }
+}
+
+async function run (store, ops) {
   const reasons = []
   let failed = false
   for (const op of ops) {
@@ -112,17 +149,7 @@ async function transact (store, body) {
       reasons.push({ Code: 'None' })
     }
   }
-  if (failed) {
-    return {
-      status: 400,
-      body: {
-        __type: 'com.amazonaws.dynamodb.v20120810#TransactionCanceledException',
-        message: 'Transaction cancelled, please refer cancellation reasons for specific reasons [' +
-          reasons.map((r) => r.Code).join(', ') + ']',
-        CancellationReasons: reasons,
-      },
-    }
-  }
+  if (failed) return cancelled(reasons)
   for (const op of ops) {
     if (!kinds[op.kind].action) continue
     // The conditions held: write without checking them again.

@@ -47,7 +47,7 @@ func runEffects(t *testing.T, mode string) *Report {
 	})
 	cfg := DefaultConfig()
 	cfg.Effects = mode
-	// The local DynamoDB server runs transactions one at a time: a few thousand records.
+	// The local DynamoDB server is slow at transactions: a few thousand records.
 	cfg.Records, cfg.Keys, cfg.Shards, cfg.Kills, cfg.Rate = 5000, 200, 4, 3, 500
 	cfg.Dir = dir
 	cfg.Race = raceEnabled

@@ -1,4 +1,4 @@
-package kinesub
+package recordsjson
 
 import (
 	"bytes"
@@ -24,22 +24,22 @@ import (
 // it does not understand) goes to the SDK's protocol, so the result and the errors are the
 // SDK's in every case; a test decodes generated answers both ways and compares them.
 
-// awsJSON11 is the protocol of the Kinesis client: the only one recordsProtocol decodes.
-var awsJSON11 = smithy.ShapeID{Namespace: "aws.protocols", Name: "awsJson1_1"}
+// AWSJSON11 is the protocol of the Kinesis client: the only one recordsProtocol decodes.
+var AWSJSON11 = smithy.ShapeID{Namespace: "aws.protocols", Name: "awsJson1_1"}
 
-// fastRecords is the GetRecords call option that installs recordsProtocol.
-func fastRecords(o *kinesis.Options) { installRecords(o, 0) }
+// Fast is the GetRecords call option that installs recordsProtocol.
+func Fast(o *kinesis.Options) { install(o, 0) }
 
-// fastRecordsUpTo is fastRecords for a call asking for at most limit records: the page's
+// UpTo is Fast for a call asking for at most limit records: the page's
 // arrays are made once, for the records the answer can hold, rather than grown from a few
 // dozen (growing a page of 10,000 records copied its arrays eight times over, about a quarter
 // of a consumer's CPU).
-func fastRecordsUpTo(limit int) func(*kinesis.Options) {
-	return func(o *kinesis.Options) { installRecords(o, limit) }
+func UpTo(limit int) func(*kinesis.Options) {
+	return func(o *kinesis.Options) { install(o, limit) }
 }
 
-func installRecords(o *kinesis.Options, limit int) {
-	if o.Protocol == nil || o.Protocol.ID() != awsJSON11 {
+func install(o *kinesis.Options, limit int) {
+	if o.Protocol == nil || o.Protocol.ID() != AWSJSON11 {
 		return
 	}
 	if p, ok := o.Protocol.(recordsProtocol); ok {
@@ -48,7 +48,7 @@ func installRecords(o *kinesis.Options, limit int) {
 	o.Protocol = recordsProtocol{o.Protocol, limit}
 }
 
-// recordsProtocol is the client's protocol with GetRecords answers decoded by decodeRecords.
+// recordsProtocol is the client's protocol with GetRecords answers decoded by Decode.
 type recordsProtocol struct {
 	smithyhttp.ClientProtocol
 	limit int // the most records the call asked for; 0 when unknown
@@ -59,8 +59,8 @@ func (p recordsProtocol) DeserializeResponse(ctx context.Context, schema *smithy
 	if !ok || resp.StatusCode < 200 || resp.StatusCode >= 300 || resp.Body == nil {
 		return p.ClientProtocol.DeserializeResponse(ctx, schema, reg, resp, out)
 	}
-	buf, err := readBody(resp.Body, resp.ContentLength)
-	defer releaseBody(buf)
+	buf, err := ReadBody(resp.Body, resp.ContentLength)
+	defer ReleaseBody(buf)
 	if err != nil {
 		return &smithy.DeserializationError{Err: err}
 	}
@@ -70,10 +70,10 @@ func (p recordsProtocol) DeserializeResponse(ctx context.Context, schema *smithy
 	hint := 0
 	if p.limit > 0 {
 		// No answer holds more than the call asked for, nor more records than its body holds
-		// at minRecordJSON bytes each.
-		hint = min(p.limit, buf.Len()/minRecordJSON+1)
+		// at MinRecordJSON bytes each.
+		hint = min(p.limit, buf.Len()/MinRecordJSON+1)
 	}
-	if err := decodeRecordsHint(buf.Bytes(), o, hint); err != nil {
+	if err := DecodeHint(buf.Bytes(), o, hint); err != nil {
 		// Not an answer this decoder knows: the SDK's decoder says what it makes of it.
 		*o = kinesis.GetRecordsOutput{}
 		r := *resp.Response
@@ -86,28 +86,31 @@ func (p recordsProtocol) DeserializeResponse(ctx context.Context, schema *smithy
 // maxPooledBody bounds the answer buffers kept for reuse: a full page of small records.
 const maxPooledBody = 4 << 20
 
+// MaxResponseBytes is the most record data one GetRecords answer carries (10 MiB).
+const MaxResponseBytes = 10 << 20
+
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// readBody reads an answer's body of length bytes (-1: unknown) into a buffer of the pool,
-// which releaseBody returns once the answer is decoded.
-func readBody(body io.Reader, length int64) (*bytes.Buffer, error) {
+// ReadBody reads an answer's body of length bytes (-1: unknown) into a buffer of the pool,
+// which ReleaseBody returns once the answer is decoded.
+func ReadBody(body io.Reader, length int64) (*bytes.Buffer, error) {
 	buf := bodies.Get().(*bytes.Buffer)
 	buf.Reset()
-	if length > 0 && length < maxResponseBytes*2 {
+	if length > 0 && length < MaxResponseBytes*2 {
 		buf.Grow(int(length) + 1) // +1: ReadFrom stops without growing at EOF
 	}
 	_, err := buf.ReadFrom(body)
 	return buf, err
 }
 
-func releaseBody(buf *bytes.Buffer) {
+func ReleaseBody(buf *bytes.Buffer) {
 	if buf.Cap() <= maxPooledBody {
 		buf.Reset()
 		bodies.Put(buf)
 	}
 }
 
-// errNotRecords is what decodeRecords returns for input it leaves to the SDK.
+// errNotRecords is what Decode returns for input it leaves to the SDK.
 var errNotRecords = errors.New("not a GetRecords answer this decoder reads")
 
 // recordsDecoder holds one answer's decoding state.
@@ -120,18 +123,18 @@ type recordsDecoder struct {
 	recordsHint int
 }
 
-// minRecordJSON is fewer bytes than a record of a GetRecords answer takes: its sequence number
+// MinRecordJSON is fewer bytes than a record of a GetRecords answer takes: its sequence number
 // alone is 56 digits, and it has a key, a payload and an arrival time besides.
-const minRecordJSON = 100
+const MinRecordJSON = 100
 
-// decodeRecords decodes a GetRecords answer's JSON body into o, as the SDK would.
-func decodeRecords(body []byte, o *kinesis.GetRecordsOutput) error {
-	return decodeRecordsHint(body, o, 0)
+// Decode decodes a GetRecords answer's JSON body into o, as the SDK would.
+func Decode(body []byte, o *kinesis.GetRecordsOutput) error {
+	return DecodeHint(body, o, 0)
 }
 
-// decodeRecordsHint is decodeRecords making room for hint records at once (none: 64, grown as
+// DecodeHint is Decode making room for hint records at once (none: 64, grown as
 // needed).
-func decodeRecordsHint(body []byte, o *kinesis.GetRecordsOutput, hint int) error {
+func DecodeHint(body []byte, o *kinesis.GetRecordsOutput, hint int) error {
 	d := &recordsDecoder{b: body, recordsHint: hint}
 	return d.page(&o.Records, "NextShardIterator", &o.NextShardIterator, &o.MillisBehindLatest, &o.ChildShards)
 }
@@ -264,4 +267,13 @@ func (d *recordsDecoder) childShards(out *[]types.ChildShard) error {
 		*out = append(*out, c)
 		return err
 	})
+}
+
+// DecodeEvent decodes a SubscribeToShardEvent's JSON payload into ev, as the SDK would.
+func DecodeEvent(payload []byte, ev *types.SubscribeToShardEvent) error {
+	// An event holds a record or a few while records trickle in: blocks and slices sized to
+	// the payload, not to a page.
+	size := min(len(payload), arenaBlock)
+	d := &recordsDecoder{b: payload, str: arena{size: size}, dat: arena{size: size}, recordsHint: min(1+len(payload)/256, 64)}
+	return d.page(&ev.Records, "ContinuationSequenceNumber", &ev.ContinuationSequenceNumber, &ev.MillisBehindLatest, &ev.ChildShards)
 }

@@ -1,4 +1,4 @@
-package kinesub
+package envelope
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 )
 
 // envelope builds an envelope by hand, so the tests pin the wire format rather than
-// encodeEnvelope's idea of it.
+// Encode's idea of it.
 func envelope(block string, payload string) []byte {
 	b := []byte("RSK1")
 	b = binary.BigEndian.AppendUint32(b, uint32(len(block)))
@@ -47,12 +47,12 @@ func TestEncodeEnvelope(t *testing.T) {
 		{"one bad among good", map[string]string{"a": "1", "b": "x\n", "c": "3"}, "p", nil, ErrInvalidHeader},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := encodeEnvelope(tc.headers, []byte(tc.payload))
+			got, err := Encode(tc.headers, []byte(tc.payload))
 			if !errors.Is(err, tc.err) {
-				t.Fatalf("encodeEnvelope error = %v, want %v", err, tc.err)
+				t.Fatalf("Encode error = %v, want %v", err, tc.err)
 			}
 			if !bytes.Equal(got, tc.want) {
-				t.Errorf("encodeEnvelope = %q, want %q", got, tc.want)
+				t.Errorf("Encode = %q, want %q", got, tc.want)
 			}
 		})
 	}
@@ -98,7 +98,7 @@ func TestDecodeEnvelope(t *testing.T) {
 		{"other magic", []byte("RSK2\x00\x00\x00\x00p"), map[string]string{}, "RSK2\x00\x00\x00\x00p"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			headers, payload := decodeEnvelope(tc.data)
+			headers, payload := Decode(tc.data)
 			if headers == nil {
 				t.Fatal("headers are nil")
 			}
@@ -116,9 +116,9 @@ func TestDecodeEnvelope(t *testing.T) {
 }
 
 func TestDecodeEnvelopeFreshMap(t *testing.T) {
-	a, _ := decodeEnvelope([]byte("plain"))
+	a, _ := Decode([]byte("plain"))
 	a["mine"] = "x"
-	b, _ := decodeEnvelope([]byte("plain"))
+	b, _ := Decode([]byte("plain"))
 	if len(b) != 0 {
 		t.Fatalf("a write to one message's headers shows in another's: %q", b)
 	}
@@ -139,11 +139,11 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		{"KPL payload", map[string]string{"k": "v"}, append([]byte{0xF3, 0x89, 0x9A, 0xC2}, "rest"...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			data, err := encodeEnvelope(tc.headers, tc.payload)
+			data, err := Encode(tc.headers, tc.payload)
 			if err != nil {
 				t.Fatal(err)
 			}
-			headers, payload := decodeEnvelope(data)
+			headers, payload := Decode(data)
 			want := map[string]string{}
 			for k, v := range tc.headers {
 				want[strings.ToLower(k)] = v
@@ -155,24 +155,6 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	}
 }
 
-func TestIsAggregated(t *testing.T) {
-	for _, tc := range []struct {
-		data []byte
-		want bool
-	}{
-		{[]byte{0xF3, 0x89, 0x9A, 0xC2}, true},
-		{[]byte{0xF3, 0x89, 0x9A, 0xC2, 0x0A, 0x01}, true},
-		{[]byte{0xF3, 0x89, 0x9A}, false},
-		{[]byte{0xF3, 0x89, 0x9A, 0xC3}, false},
-		{[]byte("RSK1"), false},
-		{nil, false},
-	} {
-		if got := isAggregated(tc.data); got != tc.want {
-			t.Errorf("isAggregated(% x) = %v, want %v", tc.data, got, tc.want)
-		}
-	}
-}
-
 func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add([]byte("plain"), "k", "v", []byte("p"))
 	f.Add(envelope("a: 1\nb: 2\n", "payload"), "a:b", "x\ny", []byte{})
@@ -181,7 +163,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add([]byte{0xF3, 0x89, 0x9A, 0xC2}, "ü", "\r", []byte(nil))
 	f.Fuzz(func(t *testing.T, data []byte, name, value string, payload []byte) {
 		// Any data: no panic, headers never nil, payload a sub-slice of data.
-		headers, p := decodeEnvelope(data)
+		headers, p := Decode(data)
 		if headers == nil {
 			t.Fatal("headers are nil")
 		}
@@ -200,9 +182,9 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			}
 		}
 
-		// Anything encodeEnvelope produces decodes back to what went in.
+		// Anything Encode produces decodes back to what went in.
 		for _, in := range []map[string]string{nil, {name: value}, {name: value, "fixed": "1"}} {
-			enc, err := encodeEnvelope(in, payload)
+			enc, err := Encode(in, payload)
 			invalid := name == "" || strings.ContainsAny(name, ":\n") || strings.Contains(value, "\n") ||
 				strings.TrimSpace(name) != name || strings.TrimSpace(value) != value ||
 				strings.ToLower(name) == "fixed" && len(in) == 2
@@ -210,12 +192,12 @@ func FuzzDecodeEnvelope(f *testing.F) {
 				invalid = false
 			}
 			if invalid != (err != nil) || (err != nil && !errors.Is(err, ErrInvalidHeader)) {
-				t.Fatalf("encodeEnvelope(%q) error = %v, header invalid = %v", in, err, invalid)
+				t.Fatalf("Encode(%q) error = %v, header invalid = %v", in, err, invalid)
 			}
 			if err != nil {
 				continue
 			}
-			gotHeaders, gotPayload := decodeEnvelope(enc)
+			gotHeaders, gotPayload := Decode(enc)
 			want := map[string]string{}
 			for k, v := range in {
 				want[strings.ToLower(k)] = v
@@ -229,7 +211,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 
 func BenchmarkDecodeEnvelope(b *testing.B) {
 	payload := bytes.Repeat([]byte("x"), 1024)
-	withHeaders, err := encodeEnvelope(map[string]string{
+	withHeaders, err := Encode(map[string]string{
 		"content-type": "application/json",
 		"trace-id":     "4bf92f3577b34da6a3ce929d0e0e4736",
 		"producer":     "orders-service",
@@ -249,7 +231,7 @@ func BenchmarkDecodeEnvelope(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.data)))
 			for b.Loop() {
-				h, p := decodeEnvelope(bc.data)
+				h, p := Decode(bc.data)
 				if h == nil || len(p) == 0 {
 					b.Fatal("decode failed")
 				}
@@ -267,7 +249,7 @@ func BenchmarkEncodeEnvelope(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := encodeEnvelope(headers, payload); err != nil {
+		if _, err := Encode(headers, payload); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package kinesub
+package recordsjson
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
-// The JSON scanner and value readers under decodeRecords, and the arena its strings and
+// The JSON scanner and value readers under Decode, and the arena its strings and
 // payloads are copied into. The scanner reads exactly JSON's grammar, so that what it accepts
 // the SDK's decoder accepts too; whatever it does not read (errNotRecords) is left to the SDK.
 

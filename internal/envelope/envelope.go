@@ -1,8 +1,9 @@
-package kinesub
+package envelope
 
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -22,17 +23,20 @@ import (
 // that even the crate cannot read (a length past the end of the record) makes the record a
 // plain payload. kinesub writes the crate's form, names lowercased and sorted, and refuses a
 // header that would not read back as given. A record without headers is the bare payload.
+// ErrInvalidHeader is kinesub.ErrInvalidHeader: a header the envelope cannot carry.
+var ErrInvalidHeader = errors.New("kinesub: invalid header")
+
 const (
-	envelopeMagic  = "RSK1"
-	envelopePrefix = len(envelopeMagic) + 4 // magic and block length
+	Magic  = "RSK1"
+	prefix = len(Magic) + 4 // magic and block length
 )
 
-// encodeEnvelope returns the record data that carries headers and payload. With no headers it
+// Encode returns the record data that carries headers and payload. With no headers it
 // returns payload itself (not a copy), unless payload would be misread as an envelope: then it
 // is wrapped in an envelope with an empty block, which decodes back to no headers and payload.
-func encodeEnvelope(headers map[string]string, payload []byte) ([]byte, error) {
+func Encode(headers map[string]string, payload []byte) ([]byte, error) {
 	if len(headers) == 0 {
-		if _, ok := parseEnvelope(payload); !ok {
+		if _, ok := parse(payload); !ok {
 			return payload, nil
 		}
 	}
@@ -40,7 +44,7 @@ func encodeEnvelope(headers map[string]string, payload []byte) ([]byte, error) {
 	names := make([]string, 0, len(headers))
 	lower := make(map[string]string, len(headers)) // lowercased name to the name given
 	for name, value := range headers {
-		if err := checkHeader(name, value); err != nil {
+		if err := CheckHeader(name, value); err != nil {
 			return nil, err
 		}
 		low := strings.ToLower(name)
@@ -55,8 +59,8 @@ func encodeEnvelope(headers map[string]string, payload []byte) ([]byte, error) {
 	if block > math.MaxUint32 {
 		return nil, fmt.Errorf("%w: header block of %d bytes exceeds the envelope's 4 GiB limit", ErrInvalidHeader, block)
 	}
-	out := make([]byte, 0, envelopePrefix+block+len(payload))
-	out = append(out, envelopeMagic...)
+	out := make([]byte, 0, prefix+block+len(payload))
+	out = append(out, Magic...)
 	out = binary.BigEndian.AppendUint32(out, uint32(block))
 	for _, name := range names {
 		out = append(out, name...)
@@ -67,10 +71,10 @@ func encodeEnvelope(headers map[string]string, payload []byte) ([]byte, error) {
 	return append(out, payload...), nil
 }
 
-// checkHeader refuses a header that a reader of the envelope would not read back as given
+// CheckHeader refuses a header that a reader of the envelope would not read back as given
 // (apart from the name's case): the reader splits at newlines and at a name's first ':', and
 // trims white space around names and values.
-func checkHeader(name, value string) error {
+func CheckHeader(name, value string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty name", ErrInvalidHeader)
@@ -86,7 +90,7 @@ func checkHeader(name, value string) error {
 	return nil
 }
 
-// decodeEnvelope splits record data into headers and payload. payload is a sub-slice of data,
+// Decode splits record data into headers and payload. payload is a sub-slice of data,
 // never a copy. Data that is not an envelope (no magic, or a block length past the end of the
 // data) is a plain payload with no headers, so a producer that never heard of envelopes is read
 // unchanged.
@@ -94,23 +98,23 @@ func checkHeader(name, value string) error {
 // headers is never nil, and it belongs to the caller: a fresh map on every call, also when it is
 // empty. A shared empty map would save that one small allocation but would let one consumer's
 // write show up in every other message (and race); a nil map would panic on the first write.
-func decodeEnvelope(data []byte) (headers map[string]string, payload []byte) {
-	headers, payload = splitEnvelope(data)
+func Decode(data []byte) (headers map[string]string, payload []byte) {
+	headers, payload = Split(data)
 	if headers == nil {
 		headers = map[string]string{}
 	}
 	return headers, payload
 }
 
-// splitEnvelope is decodeEnvelope with nil headers when the data carries none. The subscriber
+// Split is Decode with nil headers when the data carries none. The subscriber
 // reads with it: Message.Headers makes the empty map only when asked, so a record without
 // headers (most of them) costs no allocation here.
-func splitEnvelope(data []byte) (headers map[string]string, payload []byte) {
-	block, ok := parseEnvelope(data)
+func Split(data []byte) (headers map[string]string, payload []byte) {
+	block, ok := parse(data)
 	if !ok {
 		return nil, data
 	}
-	payload = data[envelopePrefix+len(block):]
+	payload = data[prefix+len(block):]
 	if bytes.IndexByte(block, ':') < 0 {
 		return nil, payload // no line carries a header
 	}
@@ -146,20 +150,20 @@ func lowerName(name string) string {
 	return name
 }
 
-// parseEnvelope reports whether data is an envelope and returns its header block.
-func parseEnvelope(data []byte) (block []byte, ok bool) {
-	if !hasEnvelope(data) {
+// parse reports whether data is an envelope and returns its header block.
+func parse(data []byte) (block []byte, ok bool) {
+	if !Has(data) {
 		return nil, false
 	}
-	n := binary.BigEndian.Uint32(data[len(envelopeMagic):envelopePrefix])
-	if uint64(n) > uint64(len(data)-envelopePrefix) {
+	n := binary.BigEndian.Uint32(data[len(Magic):prefix])
+	if uint64(n) > uint64(len(data)-prefix) {
 		return nil, false
 	}
-	return data[envelopePrefix : envelopePrefix+int(n)], true
+	return data[prefix : prefix+int(n)], true
 }
 
-// hasEnvelope reports whether data begins as an envelope does: the cheap test that most records,
+// Has reports whether data begins as an envelope does: the cheap test that most records,
 // which carry no headers, fail.
-func hasEnvelope(data []byte) bool {
-	return len(data) >= envelopePrefix && string(data[:len(envelopeMagic)]) == envelopeMagic
+func Has(data []byte) bool {
+	return len(data) >= prefix && string(data[:len(Magic)]) == Magic
 }
