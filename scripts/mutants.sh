@@ -46,6 +46,8 @@ need=$(((seeds * 2 + 99) / 100)) # broken seeds that pass the 2% bar over every 
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kinesub-mutants.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT # Ctrl-C: the EXIT trap still removes the copy
+trap 'exit 143' TERM
 tree=$tmp/tree
 mkdir -p "$tree"
 # The library's files as they are in the checkout (committed or not); not the other modules.
