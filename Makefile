@@ -64,6 +64,7 @@ sim:
 # or when a patch no longer applies (it names the patch). MUTANTS='a b' runs some;
 # MUTANT_EARLY=0 runs every seed instead of stopping once a mutation passed the bar;
 # MUTANT_BASELINE=1 runs the unmutated tree over the same seeds first (scripts/mutants.sh).
+# About 5 min on 2 cores; not part of test.
 MUTANT_SEEDS ?= 250
 MUTANT_FIRST ?= 1
 mutants:
