@@ -494,10 +494,11 @@ func (r *simRun) process(ctx context.Context) {
 	}
 }
 
-// laneJobs (the fleet simulation holds Process to its cap with it) returns the records p holds (queued, running or dropped and not yet let go) by
-// shard; nil for a nil p. A job of a worker's run that was handled and acked is not counted: the
-// worker acks its run's records before it takes p.mu back to let them go, and in that instant
-// the reader may already have fetched into the room the acks made.
+// laneJobs returns the records p holds (queued, running or dropped and not yet let go) by
+// shard, which the fleet simulation holds to Process's cap; nil for a nil p. A job of a
+// worker's run that was handled and acked is not counted: the worker acks its run's records
+// before it takes p.mu back to let them go, and in that instant the reader may already have
+// fetched into the room the acks made.
 func laneJobs(p *processor) map[string]int {
 	if p == nil {
 		return nil
