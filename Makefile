@@ -25,7 +25,7 @@ define with-emulators
 endef
 
 .PHONY: test sim explore stress unit demo chaos bench emulators-up emulators-down fmt vet vet-modules \
-	fuzz apicheck api-baseline
+	fuzz apicheck api-baseline mutants
 
 # The examples and the benchmark command are modules of their own (examples/go.mod,
 # bench/go.mod), so that what they need (the OpenTelemetry SDK, a Prometheus exporter, the peer
@@ -78,6 +78,19 @@ explore:
 		-protosim.instances=$(EXPLORE_INSTANCES) -protosim.shards=$(EXPLORE_SHARDS) -protosim.depth=$(EXPLORE_DEPTH) \
 		-protosim.faults=$(EXPLORE_FAULTS) -protosim.prefix=$(EXPLORE_PREFIX) -protosim.states=$(EXPLORE_STATES) | \
 	grep -v -e '^=== ' -e '^--- PASS'; exit $${PIPESTATUS[0]}
+
+# mutants checks the checks: it plants each bug of testdata/mutants/*.patch in a copy of the
+# tree (never in the checkout) and runs the fleet simulation over MUTANT_SEEDS seeds from
+# MUTANT_FIRST (no race detector, GOGC=400 as sim does, no regression seeds). A mutation is
+# caught when at least 2% of the seeds run break a promise; the target fails when one is not,
+# or when a patch no longer applies (it names the patch). MUTANTS='a b' runs some;
+# MUTANT_EARLY=0 runs every seed instead of stopping once a mutation passed the bar;
+# MUTANT_BASELINE=1 runs the unmutated tree over the same seeds first (scripts/mutants.sh).
+# About 5 min on 2 cores; not part of test.
+MUTANT_SEEDS ?= 250
+MUTANT_FIRST ?= 1
+mutants:
+	GO=$(GO) MUTANT_SEEDS=$(MUTANT_SEEDS) MUTANT_FIRST=$(MUTANT_FIRST) scripts/mutants.sh
 
 # stress runs the whole suite as test does, on a machine kept busy: STRESS_BURNERS processes
 # spin on the CPU beside it (as many as there are CPUs by default), and every test runs twice,

@@ -3,7 +3,6 @@ package kinesub
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -436,9 +435,4 @@ func (ids shardIDs) has(id string) bool {
 		}
 	}
 	return false
-}
-
-// isShardRow reports whether id (a lease key after "<stream>/") names a shard's lease.
-func isShardRow(id string) bool {
-	return !strings.HasPrefix(id, "~") && !otherProtocolRow.MatchString(id)
 }

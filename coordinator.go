@@ -207,8 +207,8 @@ func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err er
 			v.beats[owner] = l
 			continue
 		}
-		if !isShardRow(id) {
-			continue // the change row, another protocol's rows
+		if lease.KindOf(l.Key) != lease.KindShard {
+			continue // the change row, the protocol's mark, another protocol's rows
 		}
 		v.leases[id] = l
 	}

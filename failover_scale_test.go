@@ -68,7 +68,7 @@ func TestFailoverAtScale(t *testing.T) {
 			out := map[string]string{}
 			for _, l := range rows {
 				id := l.Key[len(stream)+1:]
-				if isShardRow(id) && l.Held(time.Now()) {
+				if lease.KindOf(l.Key) == lease.KindShard && l.Held(time.Now()) {
 					out[id] = baseOwner(l.Owner)
 				}
 			}

@@ -227,3 +227,20 @@ func testEarlierProtocolRefused(t *testing.T, store lease.Store) {
 		t.Fatal("nothing delivered after the old instance released its lease")
 	}
 }
+
+// TestLeaseKindsOfRows: lease.KindOf, which tools listing a lease table rely on, tells every
+// row this package writes for what it is.
+func TestLeaseKindsOfRows(t *testing.T) {
+	s := &Subscriber{stream: "orders"}
+	for key, want := range map[string]lease.Kind{
+		s.leaseKey("shardId-000000000007"):            lease.KindShard,
+		s.ownerKeyOf("i0#0a1b2c3d"):                   lease.KindHeartbeat,
+		newChangeRow(lease.NewMemory(), "orders").key: lease.KindChanges,
+		s.leaseKey(protocolRow):                       lease.KindProtocolMark,
+		s.leaseKey(v1OwnerPrefix + "i0"):              lease.KindHeartbeatV1,
+		s.leaseKey("~v3/owner/i0#0a1b2c3d"):           lease.KindOther,
+		s.leaseKey("kinesub-lease-protocol-3"):        lease.KindProtocolMark,
+	} {
+		require.Equal(t, want, lease.KindOf(key), key)
+	}
+}

@@ -643,30 +643,6 @@ func linkedJobs(p *processor) int {
 	return n
 }
 
-// laneJobs returns the records p holds (queued, running or dropped and not yet let go) by
-// shard; nil for a nil p. A job of a worker's run that was handled and acked is not counted: the
-// worker acks its run's records before it takes p.mu back to let them go, and in that instant
-// the reader may already have fetched into the room the acks made.
-func laneJobs(p *processor) map[string]int {
-	if p == nil {
-		return nil
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := map[string]int{}
-	for id, l := range p.lanes {
-		for _, q := range l.keys {
-			for x := q.head; x != nil; x = x.next {
-				if x.state == jobRunning && x.m.isSettled() {
-					continue
-				}
-				out[id]++
-			}
-		}
-	}
-	return out
-}
-
 // TestProcessMaxInFlightAcrossSeeks: a handler that ignores its ctx keeps running across six
 // seeks; the records each seek gives back are let go, so Process holds no more than the cap
 // (and the one running) whatever the number of generations.

@@ -30,8 +30,7 @@ func split(t *testing.T, store lease.Store, stream string) []int {
 	require.NoError(t, err)
 	per := map[string]int{}
 	for _, l := range ls {
-		id, ok := strings.CutPrefix(l.Key, stream+"/")
-		if ok && isShardRow(id) && l.Owner != "" {
+		if strings.HasPrefix(l.Key, stream+"/") && lease.KindOf(l.Key) == lease.KindShard && l.Owner != "" {
 			per[l.Owner]++
 		}
 	}

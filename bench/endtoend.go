@@ -508,7 +508,8 @@ func heapPass(ctx context.Context, client *kinesis.Client, stream string, inflig
 	}
 	notHeld := *shardCount
 	for _, l := range leases {
-		if l.Owner == "bench" && l.Held(time.Now()) && !strings.Contains(l.Key, "/~owner/") { // not the heartbeat row
+		// A shard lease of this subscriber's ("bench" and its incarnation), not its heartbeat row.
+		if lease.KindOf(l.Key) == lease.KindShard && strings.HasPrefix(l.Owner, "bench#") && l.Held(time.Now()) {
 			notHeld--
 		}
 	}

@@ -253,7 +253,9 @@ func leaseCostPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stre
 			return nil, err
 		}
 		for _, l := range ls {
-			if id := strings.TrimPrefix(l.Key, stream+"/"); !strings.Contains(id, "/") && l.Held(time.Now()) {
+			// Shard leases only: not the heartbeat rows, nor the protocol's mark (held with an
+			// expiry decades off under a name of its own), nor the change row.
+			if lease.KindOf(l.Key) == lease.KindShard && l.Held(time.Now()) {
 				per[l.Owner]++
 				held++
 			}

@@ -577,7 +577,7 @@ func (g *group) uneven(ctx context.Context, admin *lease.DynamoDB, shards int) (
 	held := 0
 	now := time.Now()
 	for _, l := range ls {
-		if id := strings.TrimPrefix(l.Key, g.stream+"/"); strings.Contains(id, "/") || !l.Held(now) {
+		if lease.KindOf(l.Key) != lease.KindShard || !l.Held(now) {
 			continue
 		}
 		if _, ok := per[ownerName(l.Owner)]; ok {
@@ -615,8 +615,8 @@ func heldBy(ctx context.Context, admin *lease.DynamoDB, stream, owner string) ([
 	var ids []string
 	now := time.Now()
 	for _, l := range ls {
-		if id := strings.TrimPrefix(l.Key, stream+"/"); !strings.Contains(id, "/") && ownerName(l.Owner) == owner && l.Held(now) {
-			ids = append(ids, id)
+		if lease.KindOf(l.Key) == lease.KindShard && ownerName(l.Owner) == owner && l.Held(now) {
+			ids = append(ids, strings.TrimPrefix(l.Key, stream+"/"))
 		}
 	}
 	return ids, nil

@@ -171,7 +171,7 @@ func startupPass(ctx context.Context, cfg aws.Config, kc *kinesis.Client, stream
 			}
 			held := 0
 			for _, l := range ls {
-				if id := strings.TrimPrefix(l.Key, stream+"/"); !strings.Contains(id, "/") && l.Held(time.Now()) {
+				if lease.KindOf(l.Key) == lease.KindShard && l.Held(time.Now()) {
 					held++
 				}
 			}

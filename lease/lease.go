@@ -36,9 +36,10 @@ const (
 // Lease is one lease as stored.
 type Lease struct {
 	// Key names the leased thing; kinesub uses "<stream name>/<shard id>" for shards,
-	// "<stream name>/~owner/<owner>" for each subscriber's heartbeat and
+	// "<stream name>/~v2/owner/<owner>" for each subscriber's heartbeat,
 	// "<stream name>/~table/changes" for the row whose counter tells subscribers that the
-	// stream's leases changed.
+	// stream's leases changed, and "<stream name>/kinesub-lease-protocol-2" for the row that
+	// marks the stream's lease protocol. KindOf tells them apart.
 	Key string
 	// Owner is the current holder, empty when nobody holds the lease (never taken, or released).
 	Owner string

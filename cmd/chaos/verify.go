@@ -476,14 +476,12 @@ func verify(in verifyInput) (*Report, error) {
 	return rep, nil
 }
 
-// shardOf returns the shard id of a lease key of stream; false for any other row: another
-// stream's, or a subscriber's heartbeat row "<stream>/~owner/<owner>" (shard ids never contain
-// '/'), which a killed process leaves behind until a peer deletes it as stale.
-// shardOf returns the shard whose lease has key, and whether key is a shard's lease at all
-// (not a heartbeat row, the change row or the lease protocol's mark).
+// shardOf returns the shard whose lease has key, and whether key is a shard's lease of stream
+// at all: not another stream's row, nor a heartbeat row (which a killed process leaves behind
+// until a peer deletes it), the change row or the lease protocol's mark.
 func shardOf(key, stream string) (string, bool) {
 	id, ok := strings.CutPrefix(key, stream+"/")
-	return id, ok && strings.HasPrefix(id, "shardId-")
+	return id, ok && lease.KindOf(key) == lease.KindShard
 }
 
 func keyIndex(key string) int {

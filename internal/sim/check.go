@@ -15,6 +15,15 @@ import (
 //
 //   - never two holders hand out one shard's records in overlapping time: once a delivery
 //     carried a lease counter (the fencing token), none with a lower counter follows;
+//   - an owner hands out nothing once its heartbeat row is no longer its own (taken over by a
+//     peer that took it for stopped, or dropped at Close): peers take the shards bound to the
+//     row at once. This holds whether or not a peer got to read the shard in time to overlap,
+//     so a deadline kept too long shows on every takeover that comes near it;
+//   - a holder whose shard lease a peer stole hands out nothing from 3/4 TTL after the first
+//     move of the change row applied after the steal (with TTL set): it stops within 2/3 TTL
+//     of the last confirmation sent before that move, and hands out within TTL/12 of checking
+//     its deadline. This holds whether or not the thief reads in time to overlap, so a holder
+//     that misses the move, or keeps reading after it, shows on every steal;
 //   - a holder never hands out a record at or before the checkpoint its holding started from,
 //     and a holding handed back cleanly leaves a checkpoint at or past every record acked
 //     before its drain began (so nothing acknowledged is delivered again);
@@ -62,6 +71,14 @@ type Checker struct {
 	atCap    bool            // a Process held its shard's in-flight cap
 
 	rewound map[string]bool // owners whose current run sought back (Rewound)
+
+	rowGone map[string]time.Time // owner → when its heartbeat row stopped being its own
+
+	// TTL is the fleet's lease TTL; zero: stolen holdings are not held to a deadline.
+	TTL time.Duration
+	// taken: holdings a peer stole, each with the time from which it may hand out nothing
+	// (zero until a move of the change row was applied after the steal).
+	taken map[holding]time.Time
 }
 
 // mark is a key's high-water mark in the modelled sink: the record applied last, its shard and
@@ -100,6 +117,7 @@ func NewChecker(stream string) *Checker {
 		keyOf: map[string]string{}, prevOf: map[string]string{}, lastOf: map[string]string{},
 		begun: map[string]bool{}, handled: map[string]bool{},
 		marks: map[string]mark{}, applied: map[string]bool{}, rewound: map[string]bool{},
+		rowGone: map[string]time.Time{}, taken: map[holding]time.Time{},
 	}
 }
 
@@ -280,7 +298,15 @@ func (c *Checker) HandOut(d Delivery, at time.Time) {
 	case d.Tenure.Owner != top.owner:
 		c.fail("shard %s: lease counter %d handed out by %s and by %s", d.Shard, d.Tenure.Counter, top.owner, d.Tenure.Owner)
 	}
+	if gone, ok := c.rowGone[d.Tenure.Owner]; ok && !at.Before(gone) {
+		c.fail("shard %s: %s handed out %s under %s/%d at %s, after its heartbeat row stopped being its own at %s: peers take its shards at once",
+			d.Shard, d.Instance, d.ID, d.Tenure.Owner, d.Tenure.Counter, at.UTC().Format("15:04:05.000"), gone.UTC().Format("15:04:05.000"))
+	}
 	h := holding{d.Shard, d.Tenure.Counter}
+	if end := c.taken[h]; !end.IsZero() && at.After(end) {
+		c.fail("shard %s: %s handed out %s under %s/%d at %s, after %s: its lease was stolen and the change row moved 3/4 TTL before",
+			d.Shard, d.Instance, d.ID, d.Tenure.Owner, d.Tenure.Counter, at.UTC().Format("15:04:05.000"), end.UTC().Format("15:04:05.000"))
+	}
 	if from, ok := c.started[h]; ok && handledBy(from, d.At) && !c.rewound[instanceOf(d.Tenure.Owner)] {
 		c.fail("shard %s: %s handed out %s (%s) under counter %d, at or before the checkpoint %s its holding started from",
 			d.Shard, d.Instance, d.ID, d.At.Sequence, d.Tenure.Counter, from.Sequence)
@@ -336,13 +362,26 @@ func (c *Checker) GaveUp(shard string, t lease.Tenure) {
 // Applied checks a write the table applied.
 func (c *Checker) Applied(w Write) {
 	shard, ok := strings.CutPrefix(w.Key, c.stream+"/")
-	if !ok || strings.HasPrefix(shard, "~") || strings.Contains(shard, "protocol") {
+	if ok && lease.KindOf(w.Key) == lease.KindHeartbeat {
+		c.heartbeat(w)
+		return
+	}
+	if ok && lease.KindOf(w.Key) == lease.KindChanges {
+		c.moved(w.Applied)
+		return
+	}
+	if !ok || lease.KindOf(w.Key) != lease.KindShard {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if w.After.Counter != w.Before.Counter && w.After.Key != "" {
 		c.started[holding{shard, w.After.Counter}] = w.After.Checkpoint
+	}
+	if (w.Op == "Steal" || w.Op == "StealNote") && w.Before.Owner != "" && w.After.Owner != w.Before.Owner {
+		if _, ok := c.taken[holding{shard, w.Before.Counter}]; !ok {
+			c.taken[holding{shard, w.Before.Counter}] = time.Time{}
+		}
 	}
 	if c.rewound[instanceOf(w.Writer)] {
 		return
@@ -426,4 +465,33 @@ func rank(seq string) int {
 		return 2
 	}
 	return 1
+}
+
+// moved notes a move of the change row, applied at: holdings stolen before it and not yet
+// bounded are held to 3/4 TTL after it.
+func (c *Checker) moved(at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.TTL == 0 {
+		return
+	}
+	for h, end := range c.taken {
+		if end.IsZero() {
+			c.taken[h] = at.Add(c.TTL * 3 / 4)
+		}
+	}
+}
+
+// heartbeat notes when an owner's heartbeat row stopped being its own: a write that moved it
+// from the owner (a peer's takeover, the owner's release at Close) or deleted it.
+func (c *Checker) heartbeat(w Write) {
+	owner := strings.TrimPrefix(w.Key, c.stream+"/~v2/owner/")
+	if w.Before.Owner != owner || w.After.Owner == owner && w.After.Key != "" {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.rowGone[owner]; !ok {
+		c.rowGone[owner] = w.Applied
+	}
 }

@@ -129,3 +129,59 @@ func TestAbandoned(t *testing.T) {
 		}
 	}
 }
+
+// TestHandOutAfterRowGone: an owner may hand out until its heartbeat row stops being its own
+// (taken over, or released at Close), and nothing from then on; its renewals change nothing.
+func TestHandOutAfterRowGone(t *testing.T) {
+	c := NewChecker("s")
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	row := func(owner string, counter int64) lease.Lease {
+		return lease.Lease{Key: "s/~v2/owner/i0#1", Owner: owner, Counter: counter}
+	}
+	c.Applied(Write{Op: "Steal", Key: "s/~v2/owner/i0#1", Before: row("i0#1", 1), After: row("i0#1", 2), Applied: t0})
+	c.HandOut(delivery("a1", "s0", "10", "i0#1", 1), t0.Add(time.Second))
+	if v := c.Violations(); len(v) != 0 {
+		t.Fatalf("a hand-out while the row is the owner's broke promises: %v", v)
+	}
+	c.Applied(Write{Op: "Steal", Key: "s/~v2/owner/i0#1", Before: row("i0#1", 2), After: row("i1#1", 3), Applied: t0.Add(2 * time.Second)})
+	c.HandOut(delivery("a2", "s0", "20", "i0#1", 1), t0.Add(2*time.Second-time.Millisecond)) // checked before it
+	if v := c.Violations(); len(v) != 0 {
+		t.Fatalf("a hand-out before the takeover broke promises: %v", v)
+	}
+	c.HandOut(delivery("a3", "s0", "30", "i0#1", 1), t0.Add(2*time.Second))
+	if v := c.Violations(); len(v) != 1 || !strings.Contains(v[0], "after its heartbeat row stopped being its own") {
+		t.Fatalf("a hand-out at the takeover: violations %v, want one", v)
+	}
+}
+
+// TestHandOutAfterSteal: a holder whose lease was stolen may hand out until 3/4 TTL after the
+// first move of the change row applied after the steal, and nothing after; a move before the
+// steal, or no move at all, sets no bound.
+func TestHandOutAfterSteal(t *testing.T) {
+	c := NewChecker("s")
+	c.TTL = 4 * time.Second
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	shard := func(owner string, counter int64) lease.Lease {
+		return lease.Lease{Key: "s/s0", Owner: owner, Counter: counter}
+	}
+	change := func(counter int64, at time.Time) Write {
+		return Write{Op: "Steal", Key: "s/~table/changes", Before: lease.Lease{Key: "s/~table/changes", Counter: counter},
+			After: lease.Lease{Key: "s/~table/changes", Counter: counter + 1}, Applied: at}
+	}
+	c.Applied(change(1, t0))
+	c.Applied(Write{Op: "Steal", Key: "s/s0", Before: shard("i0#1", 1), After: shard("i1#1", 2), Applied: t0.Add(time.Second)})
+	c.HandOut(delivery("a1", "s0", "10", "i0#1", 1), t0.Add(5*time.Second))
+	if v := c.Violations(); len(v) != 0 {
+		t.Fatalf("a hand-out with no move after the steal broke promises: %v", v)
+	}
+	c.Applied(change(2, t0.Add(6*time.Second)))
+	c.HandOut(delivery("a2", "s0", "20", "i0#1", 1), t0.Add(9*time.Second)) // at 3/4 TTL: the last moment
+	if v := c.Violations(); len(v) != 0 {
+		t.Fatalf("a hand-out 3/4 TTL after the move broke promises: %v", v)
+	}
+	c.Applied(change(3, t0.Add(8*time.Second))) // a later move changes nothing
+	c.HandOut(delivery("a3", "s0", "30", "i0#1", 1), t0.Add(9*time.Second+time.Millisecond))
+	if v := c.Violations(); len(v) != 1 || !strings.Contains(v[0], "its lease was stolen") {
+		t.Fatalf("a hand-out past 3/4 TTL after the move: violations %v, want one", v)
+	}
+}

@@ -37,11 +37,15 @@ var ErrTimeout = errors.New("sim: lease table request timed out")
 // ErrUnavailable is what a call refused at once returns: nothing was applied.
 var ErrUnavailable = errors.New("sim: lease table unavailable")
 
+// ErrThrottled is what a checkpoint write refused by Gate.ThrottleCheckpoints returns: nothing
+// was applied.
+var ErrThrottled = errors.New("sim: lease table throttled the checkpoint write")
+
 func (c *Client) now() time.Time { return time.Now().Add(c.Skew) }
 
 // write sends o through the gate and the faults.
 func (c *Client) write(ctx context.Context, o func(now time.Time) op) (bool, error) {
-	if err := c.Gate.enter(ctx); err != nil {
+	if err := c.Gate.enterStore(ctx); err != nil {
 		return false, err
 	}
 	f := c.Faults.draw(true)
@@ -67,9 +71,21 @@ func (c *Client) write(ctx context.Context, o func(now time.Time) op) (bool, err
 	return ok, c.Gate.leave(ctx, nil)
 }
 
+// writeCheckpoint is write for a checkpoint: refused at once, unapplied, while the gate
+// throttles checkpoints.
+func (c *Client) writeCheckpoint(ctx context.Context, o func(now time.Time) op) (bool, error) {
+	if !c.Gate.throttled() {
+		return c.write(ctx, o)
+	}
+	if err := c.Gate.enterStore(ctx); err != nil {
+		return false, err
+	}
+	return false, c.Gate.leave(ctx, ErrThrottled)
+}
+
 // read sends a read through the gate and the faults.
 func (c *Client) read(ctx context.Context) (fault, error) {
-	if err := c.Gate.enter(ctx); err != nil {
+	if err := c.Gate.enterStore(ctx); err != nil {
 		return fault{}, err
 	}
 	f := c.Faults.draw(false)
@@ -179,7 +195,7 @@ func (c *Client) Checkpoint(ctx context.Context, key string, t lease.Tenure, cp 
 	if err := checkCheckpoint(key, cp); err != nil {
 		return false, err
 	}
-	return c.write(ctx, func(time.Time) op { return checkpointOp(key, t, cp) })
+	return c.writeCheckpoint(ctx, func(time.Time) op { return checkpointOp(key, t, cp) })
 }
 
 // CheckpointOrdered implements lease.OrderedCheckpointer.
@@ -193,7 +209,7 @@ func (c *Client) CheckpointOrdered(ctx context.Context, key string, t lease.Tenu
 	if err := checkCheckpoint(key, cp); err != nil {
 		return false, err
 	}
-	return c.write(ctx, func(time.Time) op { return checkpointOrderedOp(key, t, cp, n) })
+	return c.writeCheckpoint(ctx, func(time.Time) op { return checkpointOrderedOp(key, t, cp, n) })
 }
 
 func checkCheckpoint(key string, cp lease.Checkpoint) error {

@@ -19,6 +19,13 @@ type Gate struct {
 	cut     bool
 	hang    bool
 	dead    bool
+	// storeCut: only the lease table is out of reach (storeHang: its calls hang), while
+	// Kinesis still answers, so the instance goes on reading and handing out records.
+	storeCut  bool
+	storeHang bool
+	// cpThrottled: the lease table refuses the instance's checkpoint writes (throttling its shard
+	// rows) while it still answers its other calls.
+	cpThrottled bool
 }
 
 // Pause stops the instance until Resume.
@@ -54,6 +61,14 @@ func (g *Gate) PausedSince(t time.Time) bool {
 func (g *Gate) Cut(cut, hang bool) {
 	g.mu.Lock()
 	g.cut, g.hang = cut, hang
+	g.mu.Unlock()
+}
+
+// CutStore cuts the instance off the lease table alone (cut), or ends that; hang: calls hang
+// until their context ends rather than fail at once. Kinesis calls go on.
+func (g *Gate) CutStore(cut, hang bool) {
+	g.mu.Lock()
+	g.storeCut, g.storeHang = cut, hang
 	g.mu.Unlock()
 }
 
@@ -104,6 +119,41 @@ func (g *Gate) enter(ctx context.Context) error {
 		return ErrUnavailable
 	}
 	return ctx.Err()
+}
+
+// ThrottleCheckpoints makes the lease table refuse the instance's checkpoint writes at once,
+// unapplied (on), or ends that; its other calls go on. So the instance learns that a shard was
+// stolen from it from the change row and its readings of the leases alone, not from a
+// checkpoint write that the new holding fenced off.
+func (g *Gate) ThrottleCheckpoints(on bool) {
+	g.mu.Lock()
+	g.cpThrottled = on
+	g.mu.Unlock()
+}
+
+// throttled reports whether checkpoint writes are refused.
+func (g *Gate) throttled() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cpThrottled
+}
+
+// enterStore is a lease table call about to be sent.
+func (g *Gate) enterStore(ctx context.Context) error {
+	if err := g.enter(ctx); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	cut, hang := g.storeCut, g.storeHang
+	g.mu.Unlock()
+	switch {
+	case cut && hang:
+		<-ctx.Done()
+		return ctx.Err()
+	case cut:
+		return ErrUnavailable
+	}
+	return nil
 }
 
 // leave is a call's answer arriving: seen once the instance runs.
