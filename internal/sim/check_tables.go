@@ -12,4 +12,6 @@ func (c *Checker) NewLeaseTable() {
 	clear(c.acked)
 	clear(c.ackedBy)
 	clear(c.drained)
+	clear(c.taken)   // steals seen in the old table: its counters start again in the new one
+	clear(c.rowGone) // heartbeat rows of the old table
 }
