@@ -82,7 +82,7 @@ explore:
 # applied to a scratch copy of the package (the tree is not changed); the simulator's 100 seeds
 # and TestExploreMachine's searches run on it, and the target prints per mutation the seeds
 # that broke a promise and the states until a search found one, failing if any mutation is
-# caught by neither (fewer than 2 seeds, no search). About two minutes, so not part of test.
+# caught by neither (fewer than 2 seeds, no search). About a minute on 2 CPUs; not part of test.
 mutants-core:
 	GO=$(GO) scripts/mutants-core.sh
 
