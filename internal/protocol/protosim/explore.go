@@ -28,6 +28,11 @@ type ExploreConfig struct {
 	Prefix int
 	// MaxStates stops the search after this many distinct states (0: no bound).
 	MaxStates int
+	// Records bounds the new records a holding hands out (0: one). A reader hands the next out
+	// only once it asked to checkpoint the last, so that with two or more a holding may have
+	// checkpoint writes of its own on their way together, and the search tries them in every
+	// order.
+	Records int
 	// Skew sets the hosts apart: slot i's wall clock is offset by ±Offset and its monotonic
 	// clock runs ±PPM millionths fast (slot 0 fast, slot 1 slow, …).
 	Offset time.Duration
@@ -98,6 +103,7 @@ func Explore(cfg ExploreConfig) *ExploreResult {
 	}
 	root.budget = cfg.Faults
 	root.advances, root.pauses = cfg.Advances, cfg.Pauses
+	root.records = max(cfg.Records, 1)
 	for i := range cfg.Instances {
 		root.push(event{kind: evJoin, slot: i})
 	}

@@ -44,6 +44,7 @@ func explore(t *testing.T, cfg ExploreConfig) *ExploreResult {
 type exploreCase struct {
 	instances, shards, depth, faults, prefix int
 	timed                                    bool // time may pass at once, and instances pause long
+	records                                  int  // ExploreConfig.Records (0: one)
 }
 
 // timed lets a search's choices pass TTL/3 at once, and pause an instance for TTL/2 or a TTL
@@ -52,18 +53,32 @@ func timed(cfg *ExploreConfig) {
 	cfg.Advances, cfg.Pauses = []time.Duration{cfg.TTL / 3}, []time.Duration{cfg.TTL / 2, cfg.TTL}
 }
 
+// machineSearches are TestExploreMachine's bounded searches (and the mutation check's).
+var machineSearches = []exploreCase{
+	{2, 1, 8, 1, 0, false, 0},  // the joins and first claims racing
+	{2, 1, 5, 1, 40, true, 0},  // a fleet reading its one shard
+	{2, 2, 4, 1, 80, true, 0},  // both shards read
+	{3, 2, 4, 1, 110, true, 0}, // both shards read, an instance idle
+	{2, 1, 6, 0, 40, false, 2}, // two checkpoints of one holding on their way together
+}
+
+// machineSearch is search tc over protocol.Machine.
+func machineSearch(tc exploreCase) ExploreConfig {
+	cfg := exploreConfig(Machines("s", 3*time.Second), tc.instances, tc.shards, tc.depth, tc.faults)
+	cfg.Prefix, cfg.Records = tc.prefix, tc.records
+	if tc.timed {
+		timed(&cfg)
+	}
+	return cfg
+}
+
 // TestExploreMachine searches every order of deliveries, ticks and faults of small fleets of
 // protocol.Machine, from the joins and from a fleet already reading (a prefix of events run in
 // order), and fails on the first broken promise with the path that broke it. The searches are
 // bounded to well under a minute; make explore runs one deeper (-protosim.instances, .shards,
 // .depth, .faults, .prefix, .states).
 func TestExploreMachine(t *testing.T) {
-	cases := []exploreCase{
-		{2, 1, 8, 1, 0, false},  // the joins and first claims racing
-		{2, 1, 5, 1, 40, true},  // a fleet reading its one shard
-		{2, 2, 4, 1, 80, true},  // both shards read
-		{3, 2, 4, 1, 110, true}, // both shards read, an instance idle
-	}
+	cases := machineSearches
 	if *exploreInstances > 0 {
 		c := exploreCase{instances: *exploreInstances, shards: max(*exploreShards, 1), depth: 5, faults: 2, prefix: 40, timed: true}
 		if *explorePrefix >= 0 {
@@ -76,12 +91,7 @@ func TestExploreMachine(t *testing.T) {
 		if raceDetector && *exploreInstances == 0 {
 			tc.depth--
 		}
-		cfg := exploreConfig(Machines("s", 3*time.Second), tc.instances, tc.shards, tc.depth, tc.faults)
-		cfg.Prefix = tc.prefix
-		if tc.timed {
-			timed(&cfg)
-		}
-		r := explore(t, cfg)
+		r := explore(t, machineSearch(tc))
 		if r.Violation != "" {
 			t.Fatalf("%v\ntrace:\n%s\nlog:\n%s", r, strings.Join(r.Trace, "\n"), r.Log)
 		}
@@ -94,8 +104,8 @@ func TestExploreMachine(t *testing.T) {
 
 func TestExploreToy(t *testing.T) {
 	for _, tc := range []exploreCase{
-		{2, 1, 8, 1, 0, false},
-		{3, 2, 5, 1, 40, false},
+		{2, 1, 8, 1, 0, false, 0},
+		{3, 2, 5, 1, 40, false, 0},
 	} {
 		if raceDetector {
 			tc.depth--

@@ -164,6 +164,7 @@ type fleet struct {
 	budget    int             // the explorer's faults left on this path
 	advances  []time.Duration // the explorer's spells of time let pass at once
 	pauses    []time.Duration // and of an instance paused meanwhile
+	records   int             // the explorer's new records a holding (ExploreConfig.Records)
 	lives     []life          // every instance's life, for the goals (simulator)
 	misses    []string
 	failovers []time.Duration
@@ -584,8 +585,10 @@ func (f *fleet) handOut(slot int, inst *instance, shard string, r *reader) bool 
 	if !ok {
 		return false
 	}
-	if f.rng != nil || r.pos == r.start {
-		r.pos++ // the explorer counts one new record a holding: positions would tell states apart
+	if f.rng != nil || r.pos == r.cp && r.pos-r.start < int64(f.records) {
+		// The explorer counts a few new records a holding (positions tell states apart), the
+		// next only once the last was asked to be checkpointed.
+		r.pos++
 	}
 	if r.pos > f.kin.top[shard] {
 		f.kin.top[shard] = r.pos

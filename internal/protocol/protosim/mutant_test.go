@@ -1,0 +1,63 @@
+package protosim
+
+import (
+	"flag"
+	"fmt"
+	"testing"
+	"time"
+)
+
+var mutant = flag.String("protosim.mutant", "", "TestCoreMutant: the name of the mutation of protocol.Machine applied to this copy of the package (scripts/mutants-core.sh)")
+
+// TestCoreMutant is the mutation check's run over a copy of the tree with one mutation of
+// protocol.Machine applied (testdata/mutants, scripts/mutants-core.sh; it runs only with
+// -protosim.mutant): it runs TestSimulatorMachine's 100 seeds once each and counts those that
+// broke a promise, then TestExploreMachine's searches until one finds a broken promise, prints
+// one line of both, and fails when neither caught the mutation (fewer than 2 seeds, no search).
+func TestCoreMutant(t *testing.T) {
+	if *mutant == "" {
+		t.Skip("the mutation check's run: scripts/mutants-core.sh (make mutants-core) runs it over a mutated copy")
+	}
+	cfg := DefaultConfig(Machines("s", 3*time.Second))
+	start := time.Now()
+	var broke []uint64
+	first := ""
+	for seed := uint64(1); seed <= 100; seed++ {
+		if r := Run(cfg, seed); r.Failed() {
+			broke = append(broke, seed)
+			if first == "" {
+				first = fmt.Sprintf("seed %d: %s", seed, r.Violations[0])
+			}
+		}
+	}
+	sim := fmt.Sprintf("simulator: %d of 100 seeds broke a promise (%v)", len(broke), time.Since(start).Round(time.Millisecond))
+	if len(broke) > 0 {
+		sim += fmt.Sprintf(", seeds %v; first: %s", brief(broke), first)
+	}
+	exp := "explorer: no search of " + fmt.Sprint(len(machineSearches)) + " found one"
+	caught := len(broke) >= 2
+	for i, tc := range machineSearches {
+		start := time.Now()
+		r := Explore(machineSearch(tc))
+		if r.Violation != "" {
+			exp = fmt.Sprintf("explorer: search %d of %d (%d instances, %d shards, depth %d, %d faults, prefix %d, records %d) after %d states (%v): %s",
+				i+1, len(machineSearches), tc.instances, tc.shards, tc.depth, tc.faults, tc.prefix, max(tc.records, 1), r.States,
+				time.Since(start).Round(time.Millisecond), r.Violation)
+			caught = true
+			break
+		}
+	}
+	// The lines scripts/mutants-core.sh prints.
+	fmt.Printf("mutant %s: %s\nmutant %s: %s\n", *mutant, sim, *mutant, exp)
+	if !caught {
+		t.Errorf("mutant %s survived: fewer than 2 of 100 seeds and no search caught it", *mutant)
+	}
+}
+
+// brief lists at most ten seeds.
+func brief(seeds []uint64) string {
+	if len(seeds) <= 10 {
+		return fmt.Sprint(seeds)
+	}
+	return fmt.Sprintf("%v…", seeds[:10])
+}
