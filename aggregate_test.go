@@ -21,37 +21,38 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/lease"
 )
 
 // aggregate builds a KPL-aggregated record of the given (partition key, data) pairs, as the
 // Kinesis Producer Library writes it.
 func aggregate(recs ...[2]string) []byte {
-	subs := make([]subRecord, len(recs))
+	subs := make([]kpl.Record, len(recs))
 	for i, r := range recs {
-		subs[i] = subRecord{partitionKey: r[0], data: []byte(r[1])}
+		subs[i] = kpl.Record{PartitionKey: r[0], Data: []byte(r[1])}
 	}
 	return aggregateOf(subs...)
 }
 
 // aggregateOf builds a KPL-aggregated record of the given user records, with an explicit hash
 // key table for those that have one.
-func aggregateOf(recs ...subRecord) []byte {
+func aggregateOf(recs ...kpl.Record) []byte {
 	field := func(b []byte, num int, payload []byte) []byte {
-		b = binary.AppendUvarint(b, uint64(num<<3|wireBytes))
+		b = binary.AppendUvarint(b, uint64(num<<3|kpl.WireBytes))
 		b = binary.AppendUvarint(b, uint64(len(payload)))
 		return append(b, payload...)
 	}
 	var keys, ehks []string
 	keyIndex, ehkIndex := map[string]int{}, map[string]int{}
 	for _, r := range recs {
-		if _, ok := keyIndex[r.partitionKey]; !ok {
-			keyIndex[r.partitionKey] = len(keys)
-			keys = append(keys, r.partitionKey)
+		if _, ok := keyIndex[r.PartitionKey]; !ok {
+			keyIndex[r.PartitionKey] = len(keys)
+			keys = append(keys, r.PartitionKey)
 		}
-		if _, ok := ehkIndex[r.explicitHashKey]; !ok && r.explicitHashKey != "" {
-			ehkIndex[r.explicitHashKey] = len(ehks)
-			ehks = append(ehks, r.explicitHashKey)
+		if _, ok := ehkIndex[r.ExplicitHashKey]; !ok && r.ExplicitHashKey != "" {
+			ehkIndex[r.ExplicitHashKey] = len(ehks)
+			ehks = append(ehks, r.ExplicitHashKey)
 		}
 	}
 	var body []byte
@@ -63,46 +64,46 @@ func aggregateOf(recs ...subRecord) []byte {
 	}
 	for _, r := range recs {
 		var rec []byte
-		rec = binary.AppendUvarint(rec, 1<<3|wireVarint)
-		rec = binary.AppendUvarint(rec, uint64(keyIndex[r.partitionKey]))
-		if r.explicitHashKey != "" {
-			rec = binary.AppendUvarint(rec, 2<<3|wireVarint)
-			rec = binary.AppendUvarint(rec, uint64(ehkIndex[r.explicitHashKey]))
+		rec = binary.AppendUvarint(rec, 1<<3|kpl.WireVarint)
+		rec = binary.AppendUvarint(rec, uint64(keyIndex[r.PartitionKey]))
+		if r.ExplicitHashKey != "" {
+			rec = binary.AppendUvarint(rec, 2<<3|kpl.WireVarint)
+			rec = binary.AppendUvarint(rec, uint64(ehkIndex[r.ExplicitHashKey]))
 		}
-		rec = field(rec, 3, r.data)
+		rec = field(rec, 3, r.Data)
 		body = field(body, 3, rec)
 	}
 	sum := md5.Sum(body)
-	out := append([]byte{}, aggregatedMagic...)
+	out := append([]byte{}, kpl.Magic...)
 	out = append(out, body...)
 	return append(out, sum[:]...)
 }
 
 func TestDeaggregate(t *testing.T) {
 	good := aggregate([2]string{"a", "one"}, [2]string{"b", "two"}, [2]string{"a", "three"})
-	subs, err := deaggregate(good)
+	subs, err := kpl.Deaggregate(good)
 	require.NoError(t, err)
-	require.Equal(t, []subRecord{{"a", []byte("one"), ""}, {"b", []byte("two"), ""}, {"a", []byte("three"), ""}}, subs)
+	require.Equal(t, []kpl.Record{{PartitionKey: "a", Data: []byte("one"), ExplicitHashKey: ""}, {PartitionKey: "b", Data: []byte("two"), ExplicitHashKey: ""}, {PartitionKey: "a", Data: []byte("three"), ExplicitHashKey: ""}}, subs)
 
 	// body frames a protobuf as an aggregate of one record (key "k", data "x") followed by
 	// fields.
 	body := func(fields ...byte) []byte {
 		b := append([]byte{0x0a, 0x01, 'k', 0x1a, 0x05, 0x08, 0x00, 0x1a, 0x01, 'x'}, fields...)
 		sum := md5.Sum(b)
-		return append(append(append([]byte{}, aggregatedMagic...), b...), sum[:]...)
+		return append(append(append([]byte{}, kpl.Magic...), b...), sum[:]...)
 	}
 	// withTag is that aggregate with a tag of the given protobuf added to its record.
 	withTag := func(tag ...byte) []byte {
 		b := append([]byte{0x0a, 0x01, 'k', 0x1a, byte(7 + len(tag)), 0x08, 0x00, 0x1a, 0x01, 'x', 0x22, byte(len(tag))}, tag...)
 		sum := md5.Sum(b)
-		return append(append(append([]byte{}, aggregatedMagic...), b...), sum[:]...)
+		return append(append(append([]byte{}, kpl.Magic...), b...), sum[:]...)
 	}
-	subs, err = deaggregate(body(0x28, 0x01))
+	subs, err = kpl.Deaggregate(body(0x28, 0x01))
 	require.NoError(t, err, "an unknown field")
-	require.Equal(t, []subRecord{{"k", []byte("x"), ""}}, subs)
-	subs, err = deaggregate(withTag(0x0a, 0x01, 't', 0x12, 0x01, 'v'))
+	require.Equal(t, []kpl.Record{{PartitionKey: "k", Data: []byte("x"), ExplicitHashKey: ""}}, subs)
+	subs, err = kpl.Deaggregate(withTag(0x0a, 0x01, 't', 0x12, 0x01, 'v'))
 	require.NoError(t, err, "a tag")
-	require.Equal(t, []subRecord{{"k", []byte("x"), ""}}, subs)
+	require.Equal(t, []kpl.Record{{PartitionKey: "k", Data: []byte("x"), ExplicitHashKey: ""}}, subs)
 
 	badDigest := append([]byte{}, good...)
 	badDigest[len(badDigest)-1] ^= 1
@@ -113,9 +114,9 @@ func TestDeaggregate(t *testing.T) {
 	}{
 		{"digest mismatch", badDigest},
 		{"truncated", truncated},
-		{"magic only", aggregatedMagic},
+		{"magic only", kpl.Magic},
 		{"no records", aggregate()},
-		{"junk body", append(append([]byte{}, aggregatedMagic...), "\x0a\x01x0123456789abcdef"...)},
+		{"junk body", append(append([]byte{}, kpl.Magic...), "\x0a\x01x0123456789abcdef"...)},
 		{"field number 0", body(0x00, 0x01)},
 		{"field number past 2^29-1", body(0x80, 0x80, 0x80, 0x80, 0x10, 0x01)},
 		{"a group", body(0x2b, 0x2c)},
@@ -123,8 +124,8 @@ func TestDeaggregate(t *testing.T) {
 		{"a tag that does not parse", withTag(0xff)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := deaggregate(tc.data)
-			require.True(t, errors.Is(err, errMalformedAggregate), "err = %v", err)
+			_, err := kpl.Deaggregate(tc.data)
+			require.True(t, errors.Is(err, kpl.ErrMalformed), "err = %v", err)
 		})
 	}
 }
@@ -139,7 +140,7 @@ func TestDeaggregate(t *testing.T) {
 // field, as protobuf reads it; the last of a repeated scalar field wins. Unlike a generic
 // protobuf decoder it refuses groups: the schema has none and no KPL writes one. Explicit
 // hash keys are read past, their indexes unchecked: kinesub does not expose them.
-func kplRecords(data []byte) ([]subRecord, bool) {
+func kplRecords(data []byte) ([]kpl.Record, bool) {
 	magic := []byte{0xF3, 0x89, 0x9A, 0xC2}
 	if len(data) < len(magic)+md5.Size || !bytes.Equal(data[:len(magic)], magic) {
 		return nil, false
@@ -191,12 +192,12 @@ func kplRecords(data []byte) ([]subRecord, bool) {
 	if !ok || len(recs) == 0 {
 		return nil, false
 	}
-	out := make([]subRecord, len(recs))
+	out := make([]kpl.Record, len(recs))
 	for i, r := range recs {
 		if r.key >= uint64(len(keys)) {
 			return nil, false
 		}
-		out[i] = subRecord{partitionKey: keys[r.key], data: r.data}
+		out[i] = kpl.Record{PartitionKey: keys[r.key], Data: r.data}
 		if r.hasEHK {
 			// An explicit hash key as the service takes one: 0|[1-9]\d{0,38}, at most 2^128-1.
 			if r.ehk >= uint64(len(ehks)) || !explicitHashKeyRE.MatchString(ehks[r.ehk]) {
@@ -205,7 +206,7 @@ func kplRecords(data []byte) ([]subRecord, bool) {
 			if v, _ := new(big.Int).SetString(ehks[r.ehk], 10); v.BitLen() > 128 {
 				return nil, false
 			}
-			out[i].explicitHashKey = ehks[r.ehk]
+			out[i].ExplicitHashKey = ehks[r.ehk]
 		}
 	}
 	return out, true
@@ -244,7 +245,7 @@ func protoFields(msg []byte, fn func(num protowire.Number, typ protowire.Type, v
 // kplMessage frames a protobuf body as a KPL aggregate: the magic bytes, the body, its MD5.
 func kplMessage(body []byte) []byte {
 	sum := md5.Sum(body)
-	out := append(bytes.Clone(aggregatedMagic), body...)
+	out := append(bytes.Clone(kpl.Magic), body...)
 	return append(out, sum[:]...)
 }
 
@@ -287,7 +288,7 @@ func kplSeeds() [][]byte {
 			protowire.AppendTag(nil, 5, protowire.EndGroupType)), // a group
 		agg(keys, []byte{0x1a, 0x84, 0x80, 0x00}, key(0), dat("x")), // a non-minimal length
 		kplMessage([]byte{0x0a, 0x05, 'a'}),                         // a length past the end
-		aggregatedMagic,
+		kpl.Magic,
 	}
 	bad := agg(keys, pbBytes(nil, 3, rec(key(0), dat("x"))))
 	bad[len(bad)-1] ^= 1
@@ -299,14 +300,14 @@ func kplSeeds() [][]byte {
 func TestKPLRecordsReference(t *testing.T) {
 	recs, ok := kplRecords(aggregate([2]string{"a", "one"}, [2]string{"b", "two"}, [2]string{"a", "three"}))
 	require.True(t, ok)
-	require.Equal(t, []subRecord{{"a", []byte("one"), ""}, {"b", []byte("two"), ""}, {"a", []byte("three"), ""}}, recs)
+	require.Equal(t, []kpl.Record{{PartitionKey: "a", Data: []byte("one"), ExplicitHashKey: ""}, {PartitionKey: "b", Data: []byte("two"), ExplicitHashKey: ""}, {PartitionKey: "a", Data: []byte("three"), ExplicitHashKey: ""}}, recs)
 	seeds := kplSeeds()
-	for i, want := range [][]subRecord{
-		{{"alice", []byte("a1"), "1234567890"}, {"", []byte{}, ""}},
-		{{"alice", []byte("t"), ""}},
-		{{"alice", []byte("last"), ""}},
-		{{"alice", []byte("d"), ""}},
-		{{"alice", []byte("u"), ""}},
+	for i, want := range [][]kpl.Record{
+		{{PartitionKey: "alice", Data: []byte("a1"), ExplicitHashKey: "1234567890"}, {PartitionKey: "", Data: []byte{}, ExplicitHashKey: ""}},
+		{{PartitionKey: "alice", Data: []byte("t"), ExplicitHashKey: ""}},
+		{{PartitionKey: "alice", Data: []byte("last"), ExplicitHashKey: ""}},
+		{{PartitionKey: "alice", Data: []byte("d"), ExplicitHashKey: ""}},
+		{{PartitionKey: "alice", Data: []byte("u"), ExplicitHashKey: ""}},
 	} {
 		got, ok := kplRecords(seeds[i])
 		require.True(t, ok, "seed %d", i)
@@ -321,7 +322,7 @@ func TestKPLRecordsReference(t *testing.T) {
 // referenceAggregates reads testdata/kpl/aggregates.json: aggregates that the reference
 // aggregator (aws-kinesis-agg, run by testenv/aggregate.js) made of the user records beside
 // them, with explicit hash keys, keys and data of every byte, and one of 200 records.
-func referenceAggregates(t testing.TB) (aggs [][]byte, users [][]subRecord) {
+func referenceAggregates(t testing.TB) (aggs [][]byte, users [][]kpl.Record) {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join("testdata", "kpl", "aggregates.json"))
 	require.NoError(t, err)
@@ -331,9 +332,9 @@ func referenceAggregates(t testing.TB) (aggs [][]byte, users [][]subRecord) {
 	}
 	require.NoError(t, json.Unmarshal(raw, &file))
 	for _, a := range file {
-		var recs []subRecord
+		var recs []kpl.Record
 		for _, r := range a.Records {
-			recs = append(recs, subRecord{partitionKey: r.PartitionKey, data: r.Data, explicitHashKey: r.ExplicitHashKey})
+			recs = append(recs, kpl.Record{PartitionKey: r.PartitionKey, Data: r.Data, ExplicitHashKey: r.ExplicitHashKey})
 		}
 		aggs, users = append(aggs, a.Aggregate), append(users, recs)
 	}
@@ -350,12 +351,12 @@ func TestDeaggregateReference(t *testing.T) {
 	for i, agg := range aggs {
 		var ehks []string
 		for j := range users[i] {
-			if users[i][j].data == nil {
-				users[i][j].data = []byte{}
+			if users[i][j].Data == nil {
+				users[i][j].Data = []byte{}
 			}
-			ehks = append(ehks, users[i][j].explicitHashKey)
+			ehks = append(ehks, users[i][j].ExplicitHashKey)
 		}
-		got, err := deaggregate(agg)
+		got, err := kpl.Deaggregate(agg)
 		require.NoError(t, err, "aggregate %d", i)
 		ref, ok := kplRecords(agg)
 		require.True(t, ok, "aggregate %d", i)
@@ -363,7 +364,7 @@ func TestDeaggregateReference(t *testing.T) {
 		if shufflesTable(ehks) {
 			shuffled++
 			for j := range got {
-				got[j].explicitHashKey = users[i][j].explicitHashKey
+				got[j].ExplicitHashKey = users[i][j].ExplicitHashKey
 			}
 		}
 		require.Equal(t, users[i], got, "aggregate %d", i)
@@ -401,23 +402,23 @@ func shufflesTable(keys []string) bool {
 // TestDeaggregateExplicitHashKeys: explicit hash keys are read from their table; an index past
 // the table, or a key that is not one (the KPL writes neither), makes the aggregate malformed.
 func TestDeaggregateExplicitHashKeys(t *testing.T) {
-	want := []subRecord{
-		{partitionKey: "a", data: []byte("1"), explicitHashKey: "340282366920938463463374607431768211455"},
-		{partitionKey: "b", data: []byte("2")},
-		{partitionKey: "a", data: []byte("3"), explicitHashKey: "0"},
+	want := []kpl.Record{
+		{PartitionKey: "a", Data: []byte("1"), ExplicitHashKey: "340282366920938463463374607431768211455"},
+		{PartitionKey: "b", Data: []byte("2")},
+		{PartitionKey: "a", Data: []byte("3"), ExplicitHashKey: "0"},
 	}
-	got, err := deaggregate(aggregateOf(want...))
+	got, err := kpl.Deaggregate(aggregateOf(want...))
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 	for _, bad := range []string{"340282366920938463463374607431768211456", "01", "-1", "1e3", " 1"} {
-		_, err := deaggregate(aggregateOf(subRecord{partitionKey: "a", data: []byte("x"), explicitHashKey: bad}))
-		require.ErrorIs(t, err, errMalformedAggregate, "explicit hash key %q", bad)
+		_, err := kpl.Deaggregate(aggregateOf(kpl.Record{PartitionKey: "a", Data: []byte("x"), ExplicitHashKey: bad}))
+		require.ErrorIs(t, err, kpl.ErrMalformed, "explicit hash key %q", bad)
 	}
 	// An index past the table: the record names key 1 of a table of one.
 	pb := pbBytes(pbBytes(nil, 1, "a"), 2, "7")
 	rec := pbBytes(pbVarint(pbVarint(nil, 1, 0), 2, 1), 3, "x")
-	_, err = deaggregate(kplMessage(pbBytes(pb, 3, string(rec))))
-	require.ErrorIs(t, err, errMalformedAggregate)
+	_, err = kpl.Deaggregate(kplMessage(pbBytes(pb, 3, string(rec))))
+	require.ErrorIs(t, err, kpl.ErrMalformed)
 }
 
 // TestSubRecordInRange: a user record's hash key is its explicit hash key, or else the MD5
@@ -428,8 +429,8 @@ func TestSubRecordInRange(t *testing.T) {
 		sum := md5.Sum([]byte(k))
 		return new(big.Int).SetBytes(sum[:])
 	}
-	rangeOf := func(start, end *big.Int) keyRange {
-		r, ok := parseKeyRange(&types.HashKeyRange{StartingHashKey: aws.String(start.String()), EndingHashKey: aws.String(end.String())})
+	rangeOf := func(start, end *big.Int) kpl.KeyRange {
+		r, ok := kpl.ParseKeyRange(&types.HashKeyRange{StartingHashKey: aws.String(start.String()), EndingHashKey: aws.String(end.String())})
 		require.True(t, ok)
 		return r
 	}
@@ -439,35 +440,35 @@ func TestSubRecordInRange(t *testing.T) {
 	kA := md5Of("a") // 0x0cc175b9…: the lower half
 	for _, tc := range []struct {
 		name       string
-		rec        subRecord
+		rec        kpl.Record
 		start, end *big.Int
 		want       bool
 	}{
-		{"partition key inside", subRecord{partitionKey: "a"}, big.NewInt(0), new(big.Int).Sub(mid, one), true},
-		{"partition key outside", subRecord{partitionKey: "a"}, mid, max, false},
-		{"partition key at the start", subRecord{partitionKey: "a"}, kA, max, true},
-		{"partition key at the end", subRecord{partitionKey: "a"}, big.NewInt(0), kA, true},
-		{"partition key just past the end", subRecord{partitionKey: "a"}, big.NewInt(0), new(big.Int).Sub(kA, one), false},
-		{"partition key just before the start", subRecord{partitionKey: "a"}, new(big.Int).Add(kA, one), max, false},
-		{"explicit hash key over the partition key", subRecord{partitionKey: "a", explicitHashKey: mid.String()}, mid, max, true},
-		{"explicit hash key outside", subRecord{partitionKey: "a", explicitHashKey: new(big.Int).Sub(mid, one).String()}, mid, max, false},
-		{"explicit hash key at the end", subRecord{partitionKey: "z", explicitHashKey: max.String()}, mid, max, true},
-		{"explicit hash key 0 at the start", subRecord{partitionKey: "z", explicitHashKey: "0"}, big.NewInt(0), one, true},
-		{"explicit hash key past a one-key range", subRecord{partitionKey: "z", explicitHashKey: "6"}, big.NewInt(5), big.NewInt(5), false},
+		{"partition key inside", kpl.Record{PartitionKey: "a"}, big.NewInt(0), new(big.Int).Sub(mid, one), true},
+		{"partition key outside", kpl.Record{PartitionKey: "a"}, mid, max, false},
+		{"partition key at the start", kpl.Record{PartitionKey: "a"}, kA, max, true},
+		{"partition key at the end", kpl.Record{PartitionKey: "a"}, big.NewInt(0), kA, true},
+		{"partition key just past the end", kpl.Record{PartitionKey: "a"}, big.NewInt(0), new(big.Int).Sub(kA, one), false},
+		{"partition key just before the start", kpl.Record{PartitionKey: "a"}, new(big.Int).Add(kA, one), max, false},
+		{"explicit hash key over the partition key", kpl.Record{PartitionKey: "a", ExplicitHashKey: mid.String()}, mid, max, true},
+		{"explicit hash key outside", kpl.Record{PartitionKey: "a", ExplicitHashKey: new(big.Int).Sub(mid, one).String()}, mid, max, false},
+		{"explicit hash key at the end", kpl.Record{PartitionKey: "z", ExplicitHashKey: max.String()}, mid, max, true},
+		{"explicit hash key 0 at the start", kpl.Record{PartitionKey: "z", ExplicitHashKey: "0"}, big.NewInt(0), one, true},
+		{"explicit hash key past a one-key range", kpl.Record{PartitionKey: "z", ExplicitHashKey: "6"}, big.NewInt(5), big.NewInt(5), false},
 	} {
 		r := rangeOf(tc.start, tc.end)
-		require.Equal(t, tc.want, r.holds(tc.rec.hashKey()), tc.name)
+		require.Equal(t, tc.want, r.Holds(tc.rec.HashKey()), tc.name)
 	}
-	require.True(t, rangeOf(big.NewInt(0), max).whole())
-	require.False(t, rangeOf(big.NewInt(0), new(big.Int).Sub(max, one)).whole())
-	require.False(t, rangeOf(one, max).whole())
+	require.True(t, rangeOf(big.NewInt(0), max).Whole())
+	require.False(t, rangeOf(big.NewInt(0), new(big.Int).Sub(max, one)).Whole())
+	require.False(t, rangeOf(one, max).Whole())
 	for _, bad := range []*types.HashKeyRange{
 		nil,
 		{StartingHashKey: aws.String("0")},
 		{StartingHashKey: aws.String("5"), EndingHashKey: aws.String("4")},
 		{StartingHashKey: aws.String("0"), EndingHashKey: aws.String(new(big.Int).Lsh(one, 128).String())},
 	} {
-		_, ok := parseKeyRange(bad)
+		_, ok := kpl.ParseKeyRange(bad)
 		require.False(t, ok, "%+v", bad)
 	}
 }
@@ -482,21 +483,21 @@ func FuzzDeaggregate(f *testing.F) {
 	seeds = append(seeds, reference...)
 	for _, s := range seeds {
 		f.Add(s, false)
-		if len(s) >= len(aggregatedMagic)+md5.Size {
-			f.Add(s[len(aggregatedMagic):len(s)-md5.Size], true)
+		if len(s) >= len(kpl.Magic)+md5.Size {
+			f.Add(s[len(kpl.Magic):len(s)-md5.Size], true)
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte, body bool) {
 		if body {
 			data = kplMessage(data)
 		}
-		subs, err := deaggregate(data)
+		subs, err := kpl.Deaggregate(data)
 		want, ok := kplRecords(data)
 		if ok != (err == nil) {
 			t.Fatalf("deaggregate: %v; protobuf reading accepts: %v", err, ok)
 		}
 		if err != nil {
-			require.ErrorIs(t, err, errMalformedAggregate)
+			require.ErrorIs(t, err, kpl.ErrMalformed)
 			return
 		}
 		require.Equal(t, want, subs)
@@ -545,8 +546,8 @@ func TestIsAggregated(t *testing.T) {
 		{[]byte("RSK1"), false},
 		{nil, false},
 	} {
-		if got := isAggregated(tc.data); got != tc.want {
-			t.Errorf("isAggregated(% x) = %v, want %v", tc.data, got, tc.want)
+		if got := kpl.IsAggregated(tc.data); got != tc.want {
+			t.Errorf("kpl.IsAggregated(% x) = %v, want %v", tc.data, got, tc.want)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
@@ -142,7 +143,7 @@ func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, erro
 				}
 			}
 			info.closed = sh.SequenceNumberRange != nil && sh.SequenceNumberRange.EndingSequenceNumber != nil
-			if r, ok := parseKeyRange(sh.HashKeyRange); ok {
+			if r, ok := kpl.ParseKeyRange(sh.HashKeyRange); ok {
 				info.keys = &r
 			}
 			shards[info.id] = info

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/lease"
 )
@@ -69,7 +70,7 @@ func (s *stream) putKPL(r kplRecord, corrupt bool) string {
 	s.t.Helper()
 	data, err := base64.StdEncoding.DecodeString(r.Data)
 	require.NoError(s.t, err)
-	require.True(s.t, isAggregated(data), "the aggregator wrote no KPL magic")
+	require.True(s.t, kpl.IsAggregated(data), "the aggregator wrote no KPL magic")
 	if corrupt {
 		data[len(data)-1] ^= 0xFF // the last byte of the MD5 checksum
 	}

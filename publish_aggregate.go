@@ -3,11 +3,12 @@ package kinesub
 import (
 	"crypto/md5"
 	"encoding/binary"
+	"github.com/gostream/kinesub/internal/kpl"
 	"math/bits"
 )
 
 // KPL aggregation (WithPublishAggregation). An aggregated record is the magic bytes, an
-// AggregatedRecord protobuf, and the MD5 digest of the protobuf (aggregate.go reads it). As the
+// AggregatedRecord protobuf, and the MD5 digest of the protobuf (internal/kpl reads it). As the
 // KPL writes it, the partition-key table (field 1) comes first, then the explicit-hash-key
 // table (field 2), then the records (field 3), each naming its key, and its explicit hash key
 // when it has one, by index. The Kinesis record carries the first user record's partition key,
@@ -41,7 +42,7 @@ func (a *aggPlan) size() int {
 	if a.n == 0 {
 		return 0
 	}
-	return len(aggregatedMagic) + a.body + md5.Size + len(a.key)
+	return len(kpl.Magic) + a.body + md5.Size + len(a.key)
 }
 
 // grow is how much adding a user record would add to size.
@@ -59,7 +60,7 @@ func (a *aggPlan) grow(r *pubRecord) int {
 	}
 	d += fieldLen(recordLen(r, ki, ei))
 	if a.n == 0 {
-		d += len(aggregatedMagic) + md5.Size + len(r.key)
+		d += len(kpl.Magic) + md5.Size + len(r.key)
 	}
 	return d
 }
@@ -113,28 +114,28 @@ func encodeAggregate(recs []*pubRecord) []byte {
 		body += fieldLen(recordLen(r, keys[r.key], ehks[r.ehk]))
 	}
 	body += len(keyTable) + len(ehkTable)
-	out := make([]byte, 0, len(aggregatedMagic)+body+md5.Size)
-	out = append(out, aggregatedMagic...)
+	out := make([]byte, 0, len(kpl.Magic)+body+md5.Size)
+	out = append(out, kpl.Magic...)
 	out = append(out, keyTable...)
 	out = append(out, ehkTable...)
 	for _, r := range recs {
 		ki, ei := keys[r.key], ehks[r.ehk]
-		out = append(out, 3<<3|wireBytes)
+		out = append(out, 3<<3|kpl.WireBytes)
 		out = binary.AppendUvarint(out, uint64(recordLen(r, ki, ei)))
-		out = append(out, 1<<3|wireVarint)
+		out = append(out, 1<<3|kpl.WireVarint)
 		out = binary.AppendUvarint(out, ki)
 		if r.ehk != "" {
-			out = append(out, 2<<3|wireVarint)
+			out = append(out, 2<<3|kpl.WireVarint)
 			out = binary.AppendUvarint(out, ei)
 		}
 		out = appendField(out, 3, r.data)
 	}
-	sum := md5.Sum(out[len(aggregatedMagic):])
+	sum := md5.Sum(out[len(kpl.Magic):])
 	return append(out, sum[:]...)
 }
 
 func appendField[T string | []byte](b []byte, field int, v T) []byte {
-	b = append(b, byte(field<<3|wireBytes))
+	b = append(b, byte(field<<3|kpl.WireBytes))
 	b = binary.AppendUvarint(b, uint64(len(v)))
 	return append(b, v...)
 }

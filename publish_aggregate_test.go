@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,13 +47,13 @@ func TestAggregatePlanMatchesEncoding(t *testing.T) {
 		}
 		data := encodeAggregate(recs)
 		require.Equal(t, plan.size(), len(data)+len(recs[0].key), "round %d: planned and encoded sizes differ", round)
-		subs, err := deaggregate(data)
+		subs, err := kpl.Deaggregate(data)
 		require.NoError(t, err)
 		require.Len(t, subs, len(recs))
 		ehks := explicitHashKeys(t, data)
 		for i, r := range recs {
-			require.Equal(t, r.key, subs[i].partitionKey)
-			require.Equal(t, r.data, subs[i].data)
+			require.Equal(t, r.key, subs[i].PartitionKey)
+			require.Equal(t, r.data, subs[i].Data)
 			require.Equal(t, r.ehk, ehks[i])
 		}
 	}
@@ -75,7 +76,7 @@ func TestAggregateAtTheLimit(t *testing.T) {
 	require.InDelta(t, maxRecordBytes, plan.size(), 4, "a varint's byte more would not fit")
 	data := encodeAggregate([]*pubRecord{a, b})
 	require.Equal(t, plan.size(), len(data)+len(a.key))
-	subs, err := deaggregate(data)
+	subs, err := kpl.Deaggregate(data)
 	require.NoError(t, err)
-	require.Equal(t, []subRecord{{"a", a.data, ""}, {"b", b.data, ""}}, subs)
+	require.Equal(t, []kpl.Record{{PartitionKey: "a", Data: a.data, ExplicitHashKey: ""}, {PartitionKey: "b", Data: b.data, ExplicitHashKey: ""}}, subs)
 }

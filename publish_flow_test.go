@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/kinesistest"
 )
 
@@ -212,10 +213,10 @@ func TestPublishBatchAggregatedBurst(t *testing.T) {
 		stored := map[string][]string{}
 		for _, r := range storedRecords(t, c, "agg") {
 			require.LessOrEqual(t, len(r.Data)+len(aws.ToString(r.PartitionKey)), maxRecordBytes)
-			subs, err := deaggregate(r.Data)
+			subs, err := kpl.Deaggregate(r.Data)
 			require.NoError(t, err)
 			for _, s := range subs {
-				stored[s.partitionKey] = append(stored[s.partitionKey], string(bytes.TrimRight(s.data, "\x00")))
+				stored[s.PartitionKey] = append(stored[s.PartitionKey], string(bytes.TrimRight(s.Data, "\x00")))
 			}
 		}
 		checkKeyOrder(t, stored, n, keys)

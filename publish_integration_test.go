@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/lease"
 )
@@ -190,11 +191,11 @@ func TestPublishAggregated(t *testing.T) {
 	for _, r := range sent {
 		want[string(r.Data[:min(len(r.Data), 12)])] = r
 	}
-	ranges := map[string][2]hashKey{}
+	ranges := map[string][2]kpl.HashKey{}
 	for _, s := range open {
-		a, _ := parseHashKey(aws.ToString(s.HashKeyRange.StartingHashKey))
-		b, _ := parseHashKey(aws.ToString(s.HashKeyRange.EndingHashKey))
-		ranges[aws.ToString(s.ShardId)] = [2]hashKey{a, b}
+		a, _ := kpl.ParseHashKey(aws.ToString(s.HashKeyRange.StartingHashKey))
+		b, _ := kpl.ParseHashKey(aws.ToString(s.HashKeyRange.EndingHashKey))
+		ranges[aws.ToString(s.ShardId)] = [2]kpl.HashKey{a, b}
 	}
 	var all []types.Record
 	shardOf := map[string]string{} // sequence number → shard
@@ -205,7 +206,7 @@ func TestPublishAggregated(t *testing.T) {
 			shardOf[aws.ToString(r.SequenceNumber)] = aws.ToString(s.ShardId)
 			size := len(r.Data) + len(aws.ToString(r.PartitionKey))
 			require.LessOrEqual(t, size, maxRecordBytes)
-			if isAggregated(r.Data) {
+			if kpl.IsAggregated(r.Data) {
 				aggregates++
 				nearLimit = nearLimit || size > maxRecordBytes-300
 			}
@@ -223,18 +224,18 @@ func TestPublishAggregated(t *testing.T) {
 	for i, r := range all {
 		seqNo := aws.ToString(r.SequenceNumber)
 		users := ref[i]
-		var ours []subRecord
-		if isAggregated(r.Data) {
-			ours, err = deaggregate(r.Data)
+		var ours []kpl.Record
+		if kpl.IsAggregated(r.Data) {
+			ours, err = kpl.Deaggregate(r.Data)
 			require.NoError(t, err)
 		} else {
-			ours = []subRecord{{partitionKey: aws.ToString(r.PartitionKey), data: r.Data}}
+			ours = []kpl.Record{{PartitionKey: aws.ToString(r.PartitionKey), Data: r.Data}}
 		}
 		require.Len(t, users, len(ours), "record %s: kinesub and the reference read different numbers of user records", seqNo)
 		for j, u := range users {
-			require.Equal(t, ours[j].partitionKey, u.PartitionKey)
-			require.Equal(t, ours[j].data, u.Data, "record %s, user record %d", seqNo, j)
-			if isAggregated(r.Data) {
+			require.Equal(t, ours[j].PartitionKey, u.PartitionKey)
+			require.Equal(t, ours[j].Data, u.Data, "record %s, user record %d", seqNo, j)
+			if kpl.IsAggregated(r.Data) {
 				require.Equal(t, j, u.SubSequenceNumber)
 			}
 			headers, payload := envelope.Decode(u.Data)
@@ -247,7 +248,7 @@ func TestPublishAggregated(t *testing.T) {
 			} else {
 				require.True(t, maps.Equal(w.Headers, headers), "headers %v, want %v", headers, w.Headers)
 			}
-			if isAggregated(r.Data) {
+			if kpl.IsAggregated(r.Data) {
 				// The reference deaggregator reads a missing index as 0, so it reports the
 				// table's first key for records without one: compare only those with one, and
 				// read the index's absence from the protobuf itself.
@@ -260,7 +261,7 @@ func TestPublishAggregated(t *testing.T) {
 			_, h, err := prepareRecord(w.PartitionKey, w.ExplicitHashKey, nil, nil)
 			require.NoError(t, err)
 			rg := ranges[shardOf[seqNo]]
-			require.True(t, rg[0].cmp(h) <= 0 && h.cmp(rg[1]) <= 0, "user record %s stored on %s, outside its range", payload[:min(len(payload), 12)], shardOf[seqNo])
+			require.True(t, rg[0].Cmp(h) <= 0 && h.Cmp(rg[1]) <= 0, "user record %s stored on %s, outside its range", payload[:min(len(payload), 12)], shardOf[seqNo])
 			// Each key's records in order.
 			key, n := splitPayload(payload)
 			require.Equal(t, next[key], n, "key %s: record %d after %d", key, n, next[key]-1)
@@ -277,14 +278,14 @@ func explicitHashKeys(t *testing.T, data []byte) []string {
 	t.Helper()
 	var table, out []string
 	var idx []int
-	body := data[len(aggregatedMagic) : len(data)-16]
-	require.NoError(t, walkFields(body, func(field, wire int, _ uint64, b []byte) error {
+	body := data[len(kpl.Magic) : len(data)-16]
+	require.NoError(t, kpl.WalkFields(body, func(field, wire int, _ uint64, b []byte) error {
 		switch field {
 		case 2:
 			table = append(table, string(b))
 		case 3:
 			i := -1
-			err := walkFields(b, func(field, wire int, v uint64, _ []byte) error {
+			err := kpl.WalkFields(b, func(field, wire int, v uint64, _ []byte) error {
 				if field == 2 {
 					i = int(v)
 				}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/gostream/kinesub/internal/kpl"
 )
 
 // How PublishBatch queues its records: per partition key, in order (pubKeyQueue); the keys whose
@@ -26,7 +27,7 @@ const (
 type pubRecord struct {
 	key, ehk  string
 	data      []byte // with its header envelope
-	hash      hashKey
+	hash      kpl.HashKey
 	size      int // data plus partition key, as the limits count it
 	state     recState
 	firstSent time.Time // zero until first sent: the time budget counts from here
@@ -270,7 +271,7 @@ func (b *batch) aggregateUnit(sq *shardQueue, room int, empty bool, now time.Tim
 		return b.plainUnit(sq, room, now)
 	case a.n == 0:
 		return unit{}, false
-	case a.n == 1 && !isAggregated(first.data):
+	case a.n == 1 && !kpl.IsAggregated(first.data):
 		return unit{entry: first.entry(), runs: runs, sq: sq, size: first.size}, true
 	}
 	return unit{runs: runs, sq: sq, size: a.size(), aggregated: true, entry: types.PutRecordsRequestEntry{

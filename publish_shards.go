@@ -13,12 +13,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/kpl"
 )
 
 // shardSpan is an open shard and its hash-key range.
 type shardSpan struct {
 	id         string
-	start, end hashKey
+	start, end kpl.HashKey
 }
 
 // shardMap is the stream's open shards as one listing showed them, sorted by range. It never
@@ -34,24 +35,24 @@ func newShardMap(shards []types.Shard) *shardMap {
 		if s.SequenceNumberRange != nil && s.SequenceNumberRange.EndingSequenceNumber != nil || s.HashKeyRange == nil {
 			continue
 		}
-		start, ok1 := parseHashKey(aws.ToString(s.HashKeyRange.StartingHashKey))
-		end, ok2 := parseHashKey(aws.ToString(s.HashKeyRange.EndingHashKey))
+		start, ok1 := kpl.ParseHashKey(aws.ToString(s.HashKeyRange.StartingHashKey))
+		end, ok2 := kpl.ParseHashKey(aws.ToString(s.HashKeyRange.EndingHashKey))
 		if ok1 && ok2 {
 			m.spans = append(m.spans, shardSpan{id: aws.ToString(s.ShardId), start: start, end: end})
 		}
 	}
-	slices.SortFunc(m.spans, func(a, b shardSpan) int { return a.start.cmp(b.start) })
+	slices.SortFunc(m.spans, func(a, b shardSpan) int { return a.start.Cmp(b.start) })
 	return m
 }
 
 // find returns the open shard whose range holds h, or "" when none does (a map listed in the
 // middle of a reshard may have a gap).
-func (m *shardMap) find(h hashKey) string {
-	i, found := slices.BinarySearchFunc(m.spans, h, func(s shardSpan, h hashKey) int { return s.start.cmp(h) })
+func (m *shardMap) find(h kpl.HashKey) string {
+	i, found := slices.BinarySearchFunc(m.spans, h, func(s shardSpan, h kpl.HashKey) int { return s.start.Cmp(h) })
 	if !found {
 		i-- // the last span starting below h
 	}
-	if i < 0 || m.spans[i].end.cmp(h) < 0 {
+	if i < 0 || m.spans[i].end.Cmp(h) < 0 {
 		return ""
 	}
 	return m.spans[i].id
@@ -196,7 +197,7 @@ func (t *shardTracker) wrote(predicted, actual string) {
 
 // charge counts a record that Publish sends at once in the pacing of its shard, and returns
 // the shard predicted, or "" when the shards are not known.
-func (t *shardTracker) charge(h hashKey, size int) string {
+func (t *shardTracker) charge(h kpl.HashKey, size int) string {
 	t.mu.Lock()
 	m := t.m
 	t.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/kpl"
 )
 
 // Limits the service puts on what one PutRecord or PutRecords call carries.
@@ -189,27 +190,27 @@ func (p *Publisher) PublishBatch(ctx context.Context, records []Record) (err err
 
 // prepareRecord checks a record against the service's limits and returns its data with the
 // header envelope, and its hash key.
-func prepareRecord(partitionKey, explicitHashKey string, data []byte, headers map[string]string) ([]byte, hashKey, error) {
+func prepareRecord(partitionKey, explicitHashKey string, data []byte, headers map[string]string) ([]byte, kpl.HashKey, error) {
 	if err := checkPartitionKey(partitionKey); err != nil {
-		return nil, hashKey{}, err
+		return nil, kpl.HashKey{}, err
 	}
-	hash := partitionHash(partitionKey)
+	hash := kpl.PartitionHash(partitionKey)
 	if explicitHashKey != "" {
 		var ok bool
-		if hash, ok = parseHashKey(explicitHashKey); !ok {
-			return nil, hashKey{}, fmt.Errorf("explicit hash key %q: must be a decimal number from 0 to 2^128-1 without leading zeros", explicitHashKey)
+		if hash, ok = kpl.ParseHashKey(explicitHashKey); !ok {
+			return nil, kpl.HashKey{}, fmt.Errorf("explicit hash key %q: must be a decimal number from 0 to 2^128-1 without leading zeros", explicitHashKey)
 		}
 	}
 	enc, err := envelope.Encode(headers, data)
 	if err != nil {
-		return nil, hashKey{}, err
+		return nil, kpl.HashKey{}, err
 	}
 	if enc == nil {
 		// The service takes a record of no data; the SDK refuses a nil blob as missing.
 		enc = []byte{}
 	}
 	if n := len(enc) + len(partitionKey); n > maxRecordBytes {
-		return nil, hashKey{}, fmt.Errorf("%d bytes of data, headers and partition key: must be at most %d (1 MiB)", n, maxRecordBytes)
+		return nil, kpl.HashKey{}, fmt.Errorf("%d bytes of data, headers and partition key: must be at most %d (1 MiB)", n, maxRecordBytes)
 	}
 	return enc, hash, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/internal/testenv"
 )
 
@@ -717,17 +718,17 @@ func TestPublishBatchAggregatedKeepsKeyOrder(t *testing.T) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			for i, e := range in {
-				if out.Records[i].ErrorCode != nil || !isAggregated(e.Data) {
+				if out.Records[i].ErrorCode != nil || !kpl.IsAggregated(e.Data) {
 					continue
 				}
 				k := aws.ToString(e.PartitionKey)
 				s.stored[k] = s.stored[k][:len(s.stored[k])-1] // not the aggregate itself
-				subs, derr := deaggregate(e.Data)
+				subs, derr := kpl.Deaggregate(e.Data)
 				if derr != nil {
 					t.Error(derr)
 				}
 				for _, sub := range subs {
-					s.stored[sub.partitionKey] = append(s.stored[sub.partitionKey], string(sub.data))
+					s.stored[sub.PartitionKey] = append(s.stored[sub.PartitionKey], string(sub.Data))
 				}
 			}
 			return out, err

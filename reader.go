@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -40,7 +41,7 @@ type reader struct {
 	slots   []slot // scratch: the watermark slots of the page being delivered
 	// keys: the shard's hash-key range, when the listing gave it and it is not the whole
 	// space; user records of KPL aggregates outside it are dropped (see deliver).
-	keys *keyRange
+	keys *kpl.KeyRange
 	// dropped: user records dropped for lying outside keys in this reader's life, for the log.
 	dropped int
 }
@@ -315,7 +316,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			}
 			r.skipSeq, r.skipSub = "", 0
 		}
-		if !isAggregated(rec.Data) {
+		if !kpl.IsAggregated(rec.Data) {
 			if skip > 0 {
 				continue // a positive sub-sequence on a record that is no aggregate: it is handled
 			}
@@ -335,7 +336,7 @@ func (r *reader) deliver(records []types.Record) bool {
 			slots = append(slots, slot{seq: seq, size: int32(len(rec.Data))})
 			continue
 		}
-		subs, err := deaggregate(rec.Data)
+		subs, err := kpl.Deaggregate(rec.Data)
 		if err != nil {
 			// Reported, not delivered, and handled at once so that the shard moves on.
 			handled = append(handled, len(slots))
@@ -355,14 +356,14 @@ func (r *reader) deliver(records []types.Record) bool {
 			if next == len(subs) {
 				next = 0
 			}
-			if r.keys != nil && !r.keys.holds(sub.hashKey()) {
+			if r.keys != nil && !r.keys.Holds(sub.HashKey()) {
 				// Outside the shard's range: an aggregate made for the parent of a split
 				// landed in this child. The KPL puts such user records again, on the shard
 				// they belong to, and the KCL drops the strays; so does kinesub.
 				if r.dropped+dropped == 0 {
 					w.log.Warn("user record of a KPL aggregate outside the shard's hash-key range dropped (counted in kinesub.records.dropped)",
-						"sequence_number", seq, "sub_sequence_number", j, "hash_key", sub.hashKey().String(),
-						"starting_hash_key", r.keys.start.String(), "ending_hash_key", r.keys.end.String())
+						"sequence_number", seq, "sub_sequence_number", j, "hash_key", sub.HashKey().String(),
+						"starting_hash_key", r.keys.Start.String(), "ending_hash_key", r.keys.End.String())
 				}
 				dropped++
 				handled = append(handled, len(slots))
@@ -373,13 +374,13 @@ func (r *reader) deliver(records []types.Record) bool {
 			m.off, m.arrival, m.x = uint32(len(slots)), arrival, &extras[j]
 			m.x.sub = int32(j)
 			m.setSeq(seq)
-			m.setKey(sub.partitionKey)
-			headers, data := envelope.Split(sub.data)
+			m.setKey(sub.PartitionKey)
+			headers, data := envelope.Split(sub.Data)
 			m.setData(data)
 			if len(headers) > 0 {
 				m.x.headers = headers
 			}
-			slots = append(slots, slot{seq: seq, sub: int32(next), size: int32(len(sub.data))})
+			slots = append(slots, slot{seq: seq, sub: int32(next), size: int32(len(sub.Data))})
 		}
 	}
 	now := time.Now().UnixNano()

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -42,7 +43,7 @@ type shardInfo struct {
 	id      string
 	parents []string
 	closed  bool
-	keys    *keyRange // its hash-key range; nil when the listing gave none in the service's form
+	keys    *kpl.KeyRange // its hash-key range; nil when the listing gave none in the service's form
 }
 
 func newShardTable(startAt *Position, now time.Time) *shardTable {
@@ -125,7 +126,7 @@ func (t *shardTable) register(w *worker, cp lease.Checkpoint, initial Position) 
 	w.start, fromStart = t.startInput(w.id, cp, initial)
 	w.fromStart.Store(fromStart)
 	w.startCkpt = w.start.kind == posAfter
-	if k := t.listing[w.id].keys; k != nil && !k.whole() {
+	if k := t.listing[w.id].keys; k != nil && !k.Whole() {
 		w.keys = k
 	}
 	t.workers[w.id] = w

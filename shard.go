@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/internal/protocol"
 	"github.com/gostream/kinesub/lease"
 )
@@ -88,7 +89,7 @@ type worker struct {
 	startDelay time.Duration
 	// The shard's hash-key range, from the listing, when it is not the whole space: the
 	// reader drops user records of KPL aggregates outside it.
-	keys *keyRange
+	keys *kpl.KeyRange
 
 	// The watermark (checkpoint.go), under mu.
 	mu          sync.Mutex

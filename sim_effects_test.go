@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/gostream/kinesub/internal/sim"
 	"github.com/gostream/kinesub/lease"
 )
@@ -420,14 +421,14 @@ func (fx *simEffects) split(f *simFleet, cl *kinesis.Client) *simHashRange {
 // another shard than it predicted.
 func (fx *simEffects) putMisrouted(f *simFleet, cl *kinesis.Client, keys, hashes *rand.Rand, parent simHashRange) {
 	ctx := context.Background()
-	subs := make([]subRecord, 4)
+	subs := make([]kpl.Record, 4)
 	for i := range subs {
 		id, key := f.nextRecord(keys)
 		fx.owe(f, id, key)
-		subs[i] = subRecord{partitionKey: key, data: []byte(id), explicitHashKey: parent.draw(hashes).String()}
+		subs[i] = kpl.Record{PartitionKey: key, Data: []byte(id), ExplicitHashKey: parent.draw(hashes).String()}
 	}
-	out, err := cl.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(f.stream), PartitionKey: aws.String(subs[0].partitionKey),
-		ExplicitHashKey: aws.String(subs[0].explicitHashKey), Data: aggregateOf(subs...)})
+	out, err := cl.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(f.stream), PartitionKey: aws.String(subs[0].PartitionKey),
+		ExplicitHashKey: aws.String(subs[0].ExplicitHashKey), Data: aggregateOf(subs...)})
 	if err != nil {
 		f.t.Errorf("put an aggregate: %v", err)
 		return
@@ -442,12 +443,12 @@ func (fx *simEffects) putMisrouted(f *simFleet, cl *kinesis.Client, keys, hashes
 	fx.aggregates++
 	fx.mu.Unlock()
 	for _, s := range subs {
-		if h, _ := new(big.Int).SetString(s.explicitHashKey, 10); stored.holds(h) {
+		if h, _ := new(big.Int).SetString(s.ExplicitHashKey, 10); stored.holds(h) {
 			continue
 		}
-		if _, err := cl.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(f.stream), PartitionKey: aws.String(s.partitionKey),
-			ExplicitHashKey: aws.String(s.explicitHashKey), Data: s.data}); err != nil {
-			f.t.Errorf("put %s again: %v", s.data, err)
+		if _, err := cl.PutRecord(ctx, &kinesis.PutRecordInput{StreamName: aws.String(f.stream), PartitionKey: aws.String(s.PartitionKey),
+			ExplicitHashKey: aws.String(s.ExplicitHashKey), Data: s.Data}); err != nil {
+			f.t.Errorf("put %s again: %v", s.Data, err)
 			continue
 		}
 		fx.mu.Lock()
