@@ -3,9 +3,7 @@ package kinesub
 import (
 	"context"
 	"errors"
-	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/kinesistest"
 	"github.com/gostream/kinesub/lease"
 )
@@ -85,21 +84,6 @@ func isLimitExceeded(err error) bool {
 	return errors.As(err, &le)
 }
 
-// eventStreamReaders counts the goroutines that read SubscribeToShard event streams: the SDK's
-// reader, on which kinesub reads and decodes the events (the SDK's second goroutine, which
-// passes on what kinesub leaves to the SDK, may not have run yet: its stack would not say
-// what it is).
-func eventStreamReaders() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "(*EventStreamReader).readEventStream(")
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-}
-
 // TestFanOutLostLease: when another instance takes a shard's lease over, the loser's
 // subscription to it ends and its HTTP/2 stream is released (the server serves none, and no
 // event-stream reader is left), the loser delivers nothing of that shard after the loss, and
@@ -107,7 +91,7 @@ func eventStreamReaders() int {
 func TestFanOutLostLease(t *testing.T) {
 	s, srv := newFanOutStream(t, 1)
 	// Readers of earlier tests' subscriptions end once those tests closed them.
-	eventually(t, 30*time.Second, "no event-stream reader running", func() bool { return eventStreamReaders() == 0 })
+	eventually(t, 30*time.Second, "no event-stream reader running", func() bool { return testenv.EventStreamReaders() == 0 })
 	check := noLeaks(t)
 	store := lease.NewMemory()
 	a, err := Subscribe(context.Background(), s.c, s.name, fanOutOpts(store, WithOwner("a"), WithInitialPosition(Horizon()))...)
@@ -119,7 +103,7 @@ func TestFanOutLostLease(t *testing.T) {
 	}
 	require.NoError(t, a.Commit(context.Background()))
 	require.Equal(t, 1, srv.Subscriptions())
-	require.Equal(t, 1, eventStreamReaders())
+	require.Equal(t, 1, testenv.EventStreamReaders())
 
 	shard := got[0].ShardID()
 	stealAsPeer(t, store, s.name, shard, "b")
@@ -128,7 +112,7 @@ func TestFanOutLostLease(t *testing.T) {
 	require.True(t, errors.As(lost, &se))
 	require.Equal(t, shard, se.Shard)
 	eventually(t, 30*time.Second, "the subscription's stream released", func() bool {
-		return srv.Subscriptions() == 0 && eventStreamReaders() == 0
+		return srv.Subscriptions() == 0 && testenv.EventStreamReaders() == 0
 	})
 
 	// "b" stops at once, holding the shard pending: its successor, or a (below its share),

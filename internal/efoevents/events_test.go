@@ -11,7 +11,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/internal/recordsjson/recordsjsontest"
+	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/kinesistest"
 )
 
@@ -293,21 +293,9 @@ func TestEventsOverHTTP2(t *testing.T) {
 	cancel()
 	_ = out.GetStream().Close()
 	deadline := time.Now().Add(10 * time.Second) // a failure bound only
-	for srv.Subscriptions() != 0 || eventStreamReaders() != 0 {
-		require.True(t, time.Now().Before(deadline), "the subscription and its reader ended: %d subscriptions, %d readers", srv.Subscriptions(), eventStreamReaders())
+	for srv.Subscriptions() != 0 || testenv.EventStreamReaders() != 0 {
+		require.True(t, time.Now().Before(deadline), "the subscription and its reader ended: %d subscriptions, %d readers", srv.Subscriptions(), testenv.EventStreamReaders())
 		time.Sleep(5 * time.Millisecond) // polls the condition
-	}
-}
-
-// eventStreamReaders counts the SDK's event-stream reader goroutines.
-func eventStreamReaders() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			return strings.Count(string(buf[:n]), "(*EventStreamReader).readEventStream(")
-		}
-		buf = make([]byte, 2*len(buf))
 	}
 }
 
