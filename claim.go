@@ -64,19 +64,11 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 		return v // its deadline passed: it takes nothing until its shards were given up
 	}
 	c.reconcile(ctx, v, sent, me)
-	planned := make(map[string]protocol.Row, len(v.leases))
-	orphans := map[string]bool{}
-	for id, l := range v.leases {
-		r := rowOf(l)
-		if v.dead[l.Owner] {
-			r.Owner, r.Expiry = "", time.Time{} // free: its owner stopped
-			orphans[id] = true
-		}
-		planned[id] = r
-	}
-	in := &protocol.BalanceIn{Owner: me, Now: v.now, Readable: v.readable, Leases: planned, Orphans: orphans, Overdue: c.overdue(orphans, sent),
-		Beats: c.liveness(v, me),
-		Local: localsOf(s.table.states(v.readable)), Load: s.env.loads.view(c.peers.Seen)}
+	planned, orphans := protocol.Planned(v.shards, v.dead)
+	in := &protocol.BalanceIn{Owner: me, Now: v.now, Readable: v.readable, Leases: planned, Orphans: orphans,
+		Overdue: c.orphanSince.Overdue(orphans, sent, c.claimEvery),
+		Beats:   c.peers.Beats(me, v.dead, time.Now(), v.now.Add(-time.Millisecond), s.cfg.leaseTTL),
+		Local:   localsOf(s.table.states(v.readable)), Load: s.env.loads.view(c.peers.Seen)}
 	c.noteFleet(in)
 	// Several writes at a time, so that taking many shards does not wait on one slow write.
 	var mu sync.Mutex
@@ -105,31 +97,10 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	v.hungry = in.Hungry(len(want), len(taken))
 	c.live = p.Live
 	c.handBack(p.HandBack)
-	if p.Steal != "" && c.take(ctx, p.Steal, c.pendingHow(v, p.Steal, takeHow{steal: true, counter: p.Counter, pending: true})) {
+	if p.Steal != "" && c.take(ctx, p.Steal, c.pendingHow(v, p.Steal, takeHow{Steal: true, Counter: p.Counter, Pending: true})) {
 		s.log.Info("lease taken over for balance", logShard, p.Steal, "from", p.Victim)
 	}
 	return v
-}
-
-// overdue returns the orphans this subscriber found free at rounds a claim tick apart at least,
-// the first of them read before sent; it forgets the others.
-func (c *coordinator) overdue(orphans map[string]bool, sent time.Time) map[string]bool {
-	out := map[string]bool{}
-	for id := range c.orphanSince {
-		if !orphans[id] {
-			delete(c.orphanSince, id)
-		}
-	}
-	for id := range orphans {
-		since, ok := c.orphanSince[id]
-		switch {
-		case !ok:
-			c.orphanSince[id] = sent
-		case sent.Sub(since) >= c.claimEvery:
-			out[id] = true
-		}
-	}
-	return out
 }
 
 // checkHeld loses every shard held here whose lease the round read shows in another holding
@@ -140,7 +111,7 @@ func (c *coordinator) checkHeld(v *view, sent time.Time) {
 	ws, _ := s.table.held()
 	var lost []*worker
 	for _, w := range ws {
-		if l, t := v.leases[w.id], w.tenureOf(); l.Tenure() != t && !releasedFrom(l, t) && !boundFrom(l, t) {
+		if protocol.ShowsLoss(rowOf(v.leases[w.id]), protocol.Tenure(w.tenureOf())) {
 			lost = append(lost, w)
 		}
 	}
@@ -155,14 +126,14 @@ func (c *coordinator) checkHeld(v *view, sent time.Time) {
 // released its lease while a round was listing is not lost: its life still says so when the
 // release's answer arrives.
 func releasedFrom(l lease.Lease, t lease.Tenure) bool {
-	return l.Owner == "" && l.Counter == t.Counter+1
+	return protocol.ReleasedFrom(rowOf(l), protocol.Tenure(t))
 }
 
 // boundFrom reports whether l shows the binding of the pending holding t (shard.go, bind): the
 // same owner, no expiry, the one counter step the binding adds. A round that lists while the
 // binding's answer is on its way sees it.
 func boundFrom(l lease.Lease, t lease.Tenure) bool {
-	return l.Owner == t.Owner && l.Counter == t.Counter+1 && l.Expiry.IsZero()
+	return protocol.BoundFrom(rowOf(l), protocol.Tenure(t))
 }
 
 // settleOwners works out, for every owner the round's leases name (as holders, or as the
@@ -213,16 +184,18 @@ func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 	}
 	for owner := range keep {
 		b := c.peers.Seen[owner]
-		switch {
-		case owner == me, unknown[owner] && b == nil:
+		if owner == me || unknown[owner] && b == nil {
 			// Never read, and this round's read failed: nothing says it stopped. (A row read
 			// before is judged by that read: absent or taken over, or standing still.)
-		case b.Gone(owner):
+			continue
+		}
+		switch protocol.Judge(owner, b, time.Now(), s.cfg.leaseTTL) {
+		case protocol.Gone:
 			v.dead[owner] = true
 			if b != nil {
 				s.log.Debug("owner stopped: its heartbeat row is not its own", "owner", owner, "row_owner", b.Row.Owner, "row_counter", b.Row.Counter)
 			}
-		case b.StillFor(time.Now()) >= protocol.ReapAfter(s.cfg.leaseTTL):
+		case protocol.Reap:
 			if c.reap(ctx, owner, b) {
 				v.dead[owner] = true
 			}
@@ -230,25 +203,6 @@ func (c *coordinator) settleOwners(ctx context.Context, v *view, me string) {
 	}
 	keep[me] = true
 	c.peers.Forget(keep)
-}
-
-// liveness returns the heartbeat rows balancing counts owners by: one per owner whose row is its
-// own, without an expiry (live) or with one in the past (lapsed: it missed a renewal, as this
-// subscriber has seen).
-func (c *coordinator) liveness(v *view, me string) map[string]protocol.Row {
-	beats := map[string]protocol.Row{}
-	now := time.Now()
-	for owner, b := range c.peers.Seen {
-		if owner == me || b.Gone(owner) || v.dead[owner] {
-			continue
-		}
-		l := protocol.Row{Key: b.Row.Key, Owner: owner, Counter: b.Row.Counter}
-		if b.StillFor(now) >= protocol.SilentAfter(c.s.cfg.leaseTTL) {
-			l.Expiry = v.now.Add(-time.Millisecond)
-		}
-		beats[owner] = l
-	}
-	return beats
 }
 
 // reconcile takes up what the table shows as this subscriber's and it does not read: its own
@@ -260,66 +214,26 @@ func (c *coordinator) liveness(v *view, me string) map[string]protocol.Row {
 // predate its release (a hand-back), and taking it up would undo the hand-back.
 func (c *coordinator) reconcile(ctx context.Context, v *view, sent time.Time, me string) {
 	s := c.s
-	local := s.table.states(v.readable)
-	var ids []string
-	for id, l := range v.leases {
-		if l.Owner != me {
-			continue
-		}
-		if _, ok := local[id]; ok || s.table.endedSince(id, sent) {
-			continue
-		}
-		if l.Checkpoint.Sequence == lease.ShardEnd {
-			if !s.table.holds(id) {
-				s.releaseKey(id, l.Tenure())
-			}
-			continue
-		}
-		ids = append(ids, id)
+	takeUp, release := protocol.Reconcile(v.shards, me, func(id string) bool {
+		return s.table.holds(id) || s.table.endedSince(id, sent)
+	}, v.readable)
+	for _, id := range release {
+		s.releaseKey(id, v.leases[id].Tenure())
 	}
-	for _, id := range ids {
-		if !v.readable.has(id) {
-			continue
-		}
+	for _, id := range takeUp {
 		s.log.Info("lease held in the table but not read here: taken up", logShard, id)
-		l := v.leases[id]
-		c.take(ctx, id, c.pendingHow(v, id, takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)}))
+		c.take(ctx, id, c.howToTake(v, id, me))
 	}
 }
 
-// takeHow is how a lease is taken: Acquire (free; own: already this subscriber's), Steal at
-// counter (an orphan, or with pending a live owner's for balance, or a pending lease whose
-// owner stopped). A pending take is read only stealWait after the change row moved (shard.go,
-// awaitStart).
-type takeHow struct {
-	steal bool
-	// counter is the lease's counter as the listing showed it: Steal's condition, and for
-	// every take a floor. The take's write adds one to the counter, so a holding read back
-	// at or below it is an older one, perhaps one this subscriber read under before (see
-	// take).
-	counter int64
-	pending bool
-	own     bool
-	// after, for a pending take, is when a change-row move was first known to have landed
-	// after the pending holding the listing showed (pending.go); zero when none is.
-	after time.Time
-	// victim, for a pending steal, is the holder its wait protects, noted on the lease
-	// (pending.go); zero when not known.
-	victim lease.Tenure
-}
+// takeHow is how a lease is taken (protocol.TakeHow). Victim, for a pending steal, is noted on
+// the lease (pending.go).
+type takeHow = protocol.TakeHow
 
-// howToTake says how to take the lease of shard id, which the planner (protocol.PlanTake) chose.
+// howToTake says how to take the lease of shard id (protocol.HowToTake): the planner chose it,
+// or the table shows it as this subscriber's.
 func (c *coordinator) howToTake(v *view, id, me string) takeHow {
-	l := v.leases[id]
-	switch {
-	case l.Owner == "":
-		return takeHow{counter: l.Counter}
-	case l.Owner == me:
-		return c.pendingHow(v, id, takeHow{own: true, counter: l.Counter, pending: pendingAt(l, v.now)})
-	case v.dead[l.Owner]:
-		return c.pendingHow(v, id, takeHow{steal: true, counter: l.Counter, pending: pendingAt(l, v.now)})
-	}
-	return takeHow{counter: l.Counter} // shown free to the planner but held: the Acquire fails
+	return c.pendingHow(v, id, protocol.HowToTake(rowOf(v.leases[id]), me, v.dead, v.now))
 }
 
 // handBack hands the shards back cleanly: each drains, writes its checkpoint and releases
@@ -349,25 +263,25 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 	me := s.tenure.owner()
 	key := s.leaseKey(id)
 	ttl := time.Duration(0)
-	if how.pending {
+	if how.Pending {
 		ttl = pendingTTL
 	}
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
 	var ok bool
 	var err error
-	note, noted := noteVictim(how.counter+1, how.victim)
+	note, noted := noteVictim(how.Counter+1, lease.Tenure(how.Victim))
 	switch {
-	case how.steal && how.pending && noted && s.stealNote != nil:
-		ok, err = s.stealNote(cctx, key, me, how.counter, ttl, note)
-	case how.steal:
-		ok, err = s.cfg.store.Steal(cctx, key, me, how.counter, ttl)
+	case how.Steal && how.Pending && noted && s.stealNote != nil:
+		ok, err = s.stealNote(cctx, key, me, how.Counter, ttl, note)
+	case how.Steal:
+		ok, err = s.cfg.store.Steal(cctx, key, me, how.Counter, ttl)
 	default:
 		ok, err = s.cfg.store.Acquire(cctx, key, me, ttl)
 	}
 	if err != nil && ctx.Err() == nil {
 		op := OpAcquire
-		if how.steal {
+		if how.Steal {
 			op = OpSteal
 		}
 		s.report(&ShardError{Stream: s.stream, Shard: id, Op: op, Err: err})
@@ -381,18 +295,13 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 			s.report(&ShardError{Stream: s.stream, Shard: id, Op: OpReadLease, Err: rerr})
 		}
 		return false
-	case l.Owner != me || pendingAt(l, time.Now()) != how.pending:
-		return false
-	case !ok && how.steal && l.Counter != how.counter+1:
-		return false // ours from another write: a later round takes it up
-	case l.Counter <= how.counter:
-		// This take's write did not land (or not yet: it may land late): the holding read
-		// back is an older one of this subscriber's, whose writes may still be in flight. A
-		// late Release or checkpoint of that holding would land in this one, had it the same
-		// counter. A later round takes the lease up with a write of its own.
+	case !protocol.TakeLanded(rowOf(l), me, how, ok, time.Now()):
+		// Another's, or ours from another write, or an older holding of ours whose late
+		// writes may still land: a later round finds the lease as it is, and takes it up with
+		// a write of its own if it is ours.
 		return false
 	}
-	if how.pending {
+	if how.Pending {
 		s.cfg.probes.at("stolen", id, l.Tenure())
 	}
 	if l.Checkpoint.Sequence == lease.ShardEnd {
@@ -400,7 +309,7 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 		s.table.markFinished(id)
 		return false
 	}
-	return c.start(id, l, how.pending, how.after)
+	return c.start(id, l, how.Pending, how.After)
 }
 
 // dropTaken gives up a lease just taken without reading its shard. A pending one is left

@@ -34,11 +34,11 @@ type coordinator struct {
 	balanced   atomic.Int64         // balance rounds done, for tests that count rounds, not time
 	// orphanSince holds, for each lease found free because its owner stopped, the send of the
 	// first listing in a row that found it so (overdue, claim.go).
-	orphanSince map[string]time.Time
+	orphanSince protocol.OrphanClock
 }
 
 func newCoordinator(s *Subscriber) *coordinator {
-	return &coordinator{s: s, wake: make(chan struct{}, 1), gone: map[string]time.Time{}, orphanSince: map[string]time.Time{}}
+	return &coordinator{s: s, wake: make(chan struct{}, 1), gone: map[string]time.Time{}, orphanSince: protocol.OrphanClock{}}
 }
 
 // nudge asks for an early claim round.
@@ -157,13 +157,14 @@ func (s *Subscriber) listShards(ctx context.Context) (map[string]shardInfo, erro
 
 // view is one round's picture of the stream's shards and their leases.
 type view struct {
-	now      time.Time              // when the listing was sent (this host's wall clock)
-	recv     time.Time              // when it arrived
-	rows     []lease.Lease          // every row of the stream, as listed
-	leases   map[string]lease.Lease // shard leases by shard id
-	beats    map[string]lease.Lease // this protocol's heartbeat rows by owner
-	readable shardIDs               // shards that may be read now: not finished, parents done
-	change   int64                  // the change row's counter, read before the rest; -1: no change row
+	now      time.Time               // when the listing was sent (this host's wall clock)
+	recv     time.Time               // when it arrived
+	rows     []lease.Lease           // every row of the stream, as listed
+	leases   map[string]lease.Lease  // shard leases by shard id
+	shards   map[string]protocol.Row // the same, as the protocol core's rows
+	beats    map[string]lease.Lease  // this protocol's heartbeat rows by owner
+	readable shardIDs                // shards that may be read now: not finished, parents done
+	change   int64                   // the change row's counter, read before the rest; -1: no change row
 	// dead are the owners whose heartbeat row is gone, released or taken over: they stopped
 	// reading, and the leases bound to them are taken at once (claim.go).
 	dead   map[string]bool
@@ -213,6 +214,7 @@ func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err er
 		}
 		v.leases[id] = l
 	}
+	v.shards = rowsOf(v.leases)
 	s.changes.pending.listed(v.leases, v.now, v.recv)
 	s.table.sawLeases(v)
 	return v, sent, nil
@@ -235,7 +237,7 @@ func (t *shardTable) sawLeases(v *view) {
 			delete(t.waiting, id)
 			continue
 		}
-		if p := t.blockingParent(v, id); p != "" {
+		if p := protocol.BlockingParent(t.listing[id].parents, t.inListing, v.shards); p != "" {
 			t.waiting[id] = p
 			continue
 		}
@@ -244,16 +246,10 @@ func (t *shardTable) sawLeases(v *view) {
 	}
 }
 
-// blockingParent returns a parent of shard id that is not yet done, or "". A parent is done
-// when it was read to its end (SHARD_END) or when it is gone from the listing (trimmed).
-// Called with the table's lock held.
-func (t *shardTable) blockingParent(v *view, id string) string {
-	for _, p := range t.listing[id].parents {
-		if _, listed := t.listing[p]; listed && v.leases[p].Checkpoint.Sequence != lease.ShardEnd {
-			return p
-		}
-	}
-	return ""
+// inListing reports whether the last listing shows shard id. Called with the table's lock held.
+func (t *shardTable) inListing(id string) bool {
+	_, ok := t.listing[id]
+	return ok
 }
 
 // start registers the shard of lease l, just taken, and starts its life, reporting whether it

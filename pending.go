@@ -67,19 +67,19 @@ func (p *pendingNotes) toBump(silent func(owner string) bool) bool {
 // the victim it protects, and when a move after the listed holding was first known. A pending
 // lease whose victim stopped is taken bound instead, and read at once.
 func (c *coordinator) pendingHow(v *view, id string, how takeHow) takeHow {
-	if !how.pending {
+	if !how.Pending {
 		return how
 	}
 	l := v.leases[id]
 	if t, ok := victimToNote(l, v.now); ok {
 		if pendingAt(l, v.now) && v.dead[t.Owner] {
 			c.s.log.Info("pending lease whose previous reader stopped: read at once", logShard, id, "previous", t.Owner)
-			how.pending = false
+			how.Pending = false
 			return how
 		}
-		how.victim = t
+		how.Victim = protocol.Tenure(t)
 	}
-	how.after = c.s.changes.pending.movedAfter(id, l.Tenure())
+	how.After = c.s.changes.pending.movedAfter(id, l.Tenure())
 	return how
 }
 

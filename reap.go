@@ -60,8 +60,8 @@ func (c *coordinator) reap(ctx context.Context, owner string, b *beatSeen) bool 
 			return false
 		}
 		c.peers.Observe(owner, rowOf(l), time.Now())
-		if l.Owner != me || l.Counter != b.Row.Counter+1 {
-			return l.Owner != owner // renewed meanwhile (alive), or gone anyway
+		if taken, gone := protocol.ReapReadBack(rowOf(l), me, owner, b.Row.Counter); !taken {
+			return gone // renewed meanwhile (alive), or gone anyway
 		}
 	}
 	s.log.Info("heartbeat of a silent owner taken over: its shards are free", "owner", owner,
@@ -102,15 +102,15 @@ func (c *coordinator) watchPeers(ctx context.Context) bool {
 				return changed
 			}
 		}
-		if b.Gone(o) {
+		switch protocol.Judge(o, b, time.Now(), ttl) {
+		case protocol.Gone:
 			s.log.Info("peer's heartbeat row gone", "owner", o)
 			changed = true
 			continue
-		}
-		if still := b.StillFor(time.Now()); still >= protocol.ReapAfter(ttl) {
+		case protocol.Reap:
 			changed = c.reap(ctx, o, b) || changed
 			continue
-		} else if still >= protocol.SilentAfter(ttl) {
+		case protocol.Silent:
 			// It missed a renewal: watch the next one too, and list the table once, so that a
 			// pending lease it holds has the change row moved now rather than after its reap.
 			if !b.Missed {
@@ -125,13 +125,14 @@ func (c *coordinator) watchPeers(ctx context.Context) bool {
 			continue
 		}
 		b, ok := c.readPeer(ctx, o)
-		switch {
-		case !ok:
+		if !ok {
 			return changed
-		case b.Gone(o):
+		}
+		switch protocol.Judge(o, b, time.Now(), ttl) {
+		case protocol.Gone:
 			s.log.Info("peer's heartbeat row gone", "owner", o)
 			changed = true
-		case b.StillFor(time.Now()) >= protocol.ReapAfter(ttl):
+		case protocol.Reap:
 			changed = c.reap(ctx, o, b) || changed
 		}
 	}

@@ -27,7 +27,14 @@
 //     who is live, which owners are overlooked by restarted watchers, when the next row is due
 //     to be taken over, who looks silent;
 //   - the pending leases' notes (PendingNotes): when a change-row move is known to follow a
-//     pending holding's write, and when to move the row for a silent thief.
+//     pending holding's write, and when to move the row for a silent thief;
+//   - a claim round's decisions (round.go), which the Machine makes through the same functions:
+//     which shards wait for a parent (BlockingParent), whether a listed lease shows a held
+//     shard lost (ShowsLoss), the verdict on a peer's heartbeat row (Judge: live, silent, to be
+//     taken over, gone) and on a takeover read back (ReapReadBack), the leases as the planner
+//     sees them (Planned, OrphanClock, Peers.Beats), which of its own leases to take up or
+//     release (Reconcile), how to take a lease (HowToTake) and whether a take's write made the
+//     holding read back (TakeLanded).
 //
 // And the whole protocol composed from them, as a Machine (machine*.go): joining (a write that
 // creates the heartbeat row only where it is absent, read back), renewing it every TTL/3 by a

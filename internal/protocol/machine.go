@@ -69,16 +69,16 @@ type Machine struct {
 	again      bool   // another round was asked for meanwhile
 	againBal   bool   // and it balances
 	lastRound  roundResult
-	live       map[string]bool          // the owners live at the last round (PlanBalance's wasLive)
-	orphanAt   map[string]time.Duration // per orphan, the send of the first round that found it free
-	watched    []string                 // the owners the last claim tick watched
-	reaping    map[string]bool          // owners whose row is being taken over
-	joinSent   time.Duration            // the send of the joining write
-	closeOuts  int                      // releases in flight (Close waits for them)
-	dropCount  int64                    // Close: the heartbeat row's counter the release is at
-	armedAt    time.Duration            // the last Arm sent; -1: none
-	stoppedWhy string                   // why the Machine stopped, or why the last join failed
-	rejoins    int                      // joins anew after the heartbeat row was taken over
+	live       map[string]bool // the owners live at the last round (PlanBalance's wasLive)
+	orphanAt   OrphanClock     // per orphan, the send of the first round that found it free
+	watched    []string        // the owners the last claim tick watched
+	reaping    map[string]bool // owners whose row is being taken over
+	joinSent   time.Duration   // the send of the joining write
+	closeOuts  int             // releases in flight (Close waits for them)
+	dropCount  int64           // Close: the heartbeat row's counter the release is at
+	armedAt    time.Duration   // the last Arm sent; -1: none
+	stoppedWhy string          // why the Machine stopped, or why the last join failed
+	rejoins    int             // joins anew after the heartbeat row was taken over
 }
 
 // roundResult is what the last claim round saw, for the claim tick (watch, in the root).
@@ -118,7 +118,7 @@ func New(cfg Config) *Machine {
 	}
 	return &Machine{cfg: cfg, d: NewDeadline(cfg.TTL), ops: map[OpID]*opCtx{}, held: map[string]*heldShard{},
 		finished: map[string]bool{}, readTop: map[string]int64{}, endedAt: map[string]time.Duration{},
-		live: map[string]bool{}, orphanAt: map[string]time.Duration{}, reaping: map[string]bool{}, armedAt: -1}
+		live: map[string]bool{}, orphanAt: OrphanClock{}, reaping: map[string]bool{}, armedAt: -1}
 }
 
 // firstChoice always draws 0.
@@ -449,7 +449,7 @@ func (m *Machine) String() string {
 		w("live", strconv.Quote(o))
 	}
 	for _, id := range sortedKeys(m.orphanAt) {
-		w("orphan", id, d(m.orphanAt[id]))
+		w("orphan", id, d(m.orphanAt[id].Sub(epoch)))
 	}
 	for _, o := range sortedKeys(m.reaping) {
 		w("reaping", strconv.Quote(o))

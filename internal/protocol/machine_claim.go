@@ -252,13 +252,7 @@ func (m *Machine) look(out []Output, r *round, rows []Row) []Output {
 			m.finished[id] = true
 			continue
 		}
-		blocked := false
-		for _, p := range m.shards[id].Parents {
-			if _, listed := m.shards[p]; listed && !r.leases[p].Finished {
-				blocked = true
-			}
-		}
-		if !blocked {
+		if BlockingParent(m.shards[id].Parents, m.isListed, r.leases) == "" {
 			r.readable = append(r.readable, id)
 		}
 	}
@@ -290,13 +284,17 @@ func (m *Machine) settle(out []Output, r *round) []Output {
 	now := at(m.now.Mono)
 	for _, owner := range sortedKeys(r.keep) {
 		b := m.peers.Seen[owner]
-		switch {
-		case owner == m.name, r.unknown[owner] && b == nil:
-		case b.Gone(owner):
+		if owner == m.name || r.unknown[owner] && b == nil {
+			continue // never read, and this round's read failed: nothing says it stopped
+		}
+		switch Judge(owner, b, now, m.cfg.TTL) {
+		case Gone:
 			r.dead[owner] = true
-		case b.StillFor(now) >= ReapAfter(m.cfg.TTL) && !m.reaping[owner]:
-			r.waiting++
-			out = m.reap(out, owner, b, r.id)
+		case Reap:
+			if !m.reaping[owner] {
+				r.waiting++
+				out = m.reap(out, owner, b, r.id)
+			}
 		}
 	}
 	if r.waiting > 0 {
@@ -327,10 +325,7 @@ func (m *Machine) afterOwners(out []Output, r *round) []Output {
 	m.peers.Forget(r.keep)
 	// checkHeld: a shard whose lease shows another holding is lost at once.
 	for _, id := range sortedKeys(m.held) {
-		h := m.held[id]
-		l := r.leases[id]
-		if l.Tenure() != h.tenure && !(l.Owner == "" && l.Counter == h.tenure.Counter+1) &&
-			!(l.Owner == h.tenure.Owner && l.Counter == h.tenure.Counter+1 && l.Expiry.IsZero()) {
+		if ShowsLoss(r.leases[id], m.held[id].tenure) {
 			out = m.lose(out, id, "taken over by another owner")
 		}
 	}
@@ -341,24 +336,18 @@ func (m *Machine) afterOwners(out []Output, r *round) []Output {
 	}
 	// reconcile: what the table shows as this instance's and it does not read.
 	r.stage = stReconcile
-	for _, id := range sortedKeys(r.leases) {
+	takeUp, release := Reconcile(r.leases, m.name, func(id string) bool {
+		at, ended := m.endedAt[id]
+		return m.held[id] != nil || ended && at >= r.sent.Mono
+	}, r.readable)
+	for _, id := range release {
 		l := r.leases[id]
-		if l.Owner != m.name || m.held[id] != nil {
-			continue
-		}
-		if at, ok := m.endedAt[id]; ok && at >= r.sent.Mono {
-			continue // its life here ended after the listing was sent: left for the next round
-		}
-		if l.Finished {
-			out = m.send(out, Op{Kind: OpRelease, Key: m.leaseKey(id), Owner: l.Owner, Counter: l.Counter},
-				&opCtx{purpose: pRelease, shard: id, counter: l.Counter})
-			m.closeOuts++
-			continue
-		}
-		if !slices.Contains(r.readable, id) {
-			continue
-		}
-		how := m.pendingHow(r, id, takeHow{own: true, counter: l.Counter, pending: PendingAt(l, r.listSent.Wall)})
+		out = m.send(out, Op{Kind: OpRelease, Key: m.leaseKey(id), Owner: l.Owner, Counter: l.Counter},
+			&opCtx{purpose: pRelease, shard: id, counter: l.Counter})
+		m.closeOuts++
+	}
+	for _, id := range takeUp {
+		how := m.pendingHow(r, id, HowToTake(r.leases[id], m.name, r.dead, r.listSent.Wall))
 		r.waiting++
 		out = m.take(out, id, how, r.id)
 	}
@@ -369,58 +358,25 @@ func (m *Machine) afterOwners(out []Output, r *round) []Output {
 }
 
 // pendingHow completes a pending take: when a move after the listed holding was first known.
-func (m *Machine) pendingHow(r *round, id string, how takeHow) takeHow {
-	if how.pending {
-		how.after = m.pending.MovedAfter(id, r.leases[id].Tenure())
+func (m *Machine) pendingHow(r *round, id string, how TakeHow) takeHow {
+	if how.Pending {
+		how.After = m.pending.MovedAfter(id, r.leases[id].Tenure())
 	}
-	return how
+	return takeHow(how)
 }
 
 // planTakes takes free leases and stopped owners' up to the share.
 func (m *Machine) planTakes(out []Output, r *round) []Output {
-	planned := make(map[string]Row, len(r.leases))
-	orphans := map[string]bool{}
-	for id, l := range r.leases {
-		if r.dead[l.Owner] {
-			l.Owner, l.Expiry = "", time.Time{} // free: its owner stopped
-			orphans[id] = true
-		}
-		planned[id] = l
-	}
-	overdue := map[string]bool{}
-	for id := range m.orphanAt {
-		if !orphans[id] {
-			delete(m.orphanAt, id)
-		}
-	}
-	for id := range orphans {
-		since, ok := m.orphanAt[id]
-		switch {
-		case !ok:
-			m.orphanAt[id] = r.sent.Mono
-		case r.sent.Mono-since >= m.cfg.ClaimTick:
-			overdue[id] = true
-		}
-	}
+	planned, orphans := Planned(r.leases, r.dead)
 	r.in = &BalanceIn{Owner: m.name, Now: r.listSent.Wall, Readable: r.readable, Leases: planned, Orphans: orphans,
-		Overdue: overdue, Beats: m.liveness(r), Local: m.locals(), Taken: map[string]bool{}}
+		Overdue: m.orphanAt.Overdue(orphans, at(r.sent.Mono), m.cfg.ClaimTick), Beats: m.liveness(r), Local: m.locals(),
+		Taken: map[string]bool{}}
 	r.taken = map[string]bool{}
 	want := PlanTake(r.in, m.cfg.Choose)
 	r.want = len(want)
 	r.stage = stTakes
 	for _, id := range want {
-		l := r.leases[id]
-		var how takeHow
-		switch {
-		case l.Owner == "":
-			how = takeHow{counter: l.Counter}
-		case l.Owner == m.name:
-			how = m.pendingHow(r, id, takeHow{own: true, counter: l.Counter, pending: PendingAt(l, r.listSent.Wall)})
-		case r.dead[l.Owner]:
-			how = m.pendingHow(r, id, takeHow{steal: true, counter: l.Counter, pending: PendingAt(l, r.listSent.Wall)})
-		default:
-			how = takeHow{counter: l.Counter} // shown free to the planner but held: the Acquire fails
-		}
+		how := m.pendingHow(r, id, HowToTake(r.leases[id], m.name, r.dead, r.listSent.Wall))
 		r.waiting++
 		out = m.take(out, id, how, r.id)
 	}
@@ -433,19 +389,13 @@ func (m *Machine) planTakes(out []Output, r *round) []Output {
 // liveness returns the heartbeat rows balancing counts owners by: one per owner whose row is
 // its own, lapsed (an expiry in the past) when it stood still for SilentAfter.
 func (m *Machine) liveness(r *round) map[string]Row {
-	beats := map[string]Row{}
-	now := at(m.now.Mono)
-	for owner, b := range m.peers.Seen {
-		if owner == m.name || b.Gone(owner) || r.dead[owner] {
-			continue
-		}
-		l := Row{Key: b.Row.Key, Owner: owner, Counter: b.Row.Counter}
-		if b.StillFor(now) >= SilentAfter(m.cfg.TTL) {
-			l.Expiry = r.listSent.Wall.Add(-time.Millisecond)
-		}
-		beats[owner] = l
-	}
-	return beats
+	return m.peers.Beats(m.name, r.dead, at(m.now.Mono), r.listSent.Wall.Add(-time.Millisecond), m.cfg.TTL)
+}
+
+// isListed reports whether the last listing shows shard id.
+func (m *Machine) isListed(id string) bool {
+	_, ok := m.shards[id]
+	return ok
 }
 
 // locals returns the states of the shards held here.
@@ -486,7 +436,7 @@ func (m *Machine) balance(out []Output, r *round) []Output {
 		out = m.handBack(out, id, "handed back for balance")
 	}
 	if p.Steal != "" {
-		how := m.pendingHow(r, p.Steal, takeHow{steal: true, counter: p.Counter, pending: true})
+		how := m.pendingHow(r, p.Steal, TakeHow{Steal: true, Counter: p.Counter, Pending: true})
 		out = m.take(out, p.Steal, how, 0)
 	}
 	return m.endRound(out, true, hungry)

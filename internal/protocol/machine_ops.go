@@ -64,24 +64,16 @@ func (o *opCtx) String() string {
 		strconv.FormatBool(o.ok), strconv.Quote(o.bumpFor), strconv.FormatInt(int64(o.readAt.Mono), 10), strconv.FormatBool(o.final)}, " ")
 }
 
-// takeHow is how a lease is taken: Acquire (free; own: already this instance's), Steal at
-// counter (an orphan, or with pending a live owner's for balance, or a pending lease whose owner
-// stopped).
-type takeHow struct {
-	steal   bool
-	counter int64 // the lease's counter as the listing showed it
-	pending bool
-	own     bool
-	after   time.Time // a pending take's known change-row move after the listed holding; zero: none
-}
+// takeHow is TakeHow (round.go) in the Machine's state.
+type takeHow TakeHow
 
 func (h takeHow) String() string {
 	after := "-"
-	if !h.after.IsZero() {
-		after = strconv.FormatInt(int64(h.after.Sub(epoch)), 10)
+	if !h.After.IsZero() {
+		after = strconv.FormatInt(int64(h.After.Sub(epoch)), 10)
 	}
-	return strings.Join([]string{strconv.FormatBool(h.steal), strconv.FormatInt(h.counter, 10), strconv.FormatBool(h.pending),
-		strconv.FormatBool(h.own), after}, ",")
+	return strings.Join([]string{strconv.FormatBool(h.Steal), strconv.FormatInt(h.Counter, 10), strconv.FormatBool(h.Pending),
+		strconv.FormatBool(h.Own), after}, ",")
 }
 
 // answered continues what the operation was sent for.

@@ -28,16 +28,16 @@ func (m *Machine) watchPeers(out []Output) ([]Output, bool) {
 			live++ // judged on the answer
 			continue
 		}
-		switch still := b.StillFor(now); {
-		case b.Gone(o):
+		switch Judge(o, b, now, ttl) {
+		case Gone:
 			changed = true
 			continue
-		case still >= ReapAfter(ttl):
+		case Reap:
 			if !m.reaping[o] {
 				out = m.reap(out, o, b, 0)
 			}
 			continue
-		case still >= SilentAfter(ttl):
+		case Silent:
 			if !b.Missed {
 				b.Missed, changed = true, true
 			}
@@ -60,16 +60,18 @@ func (m *Machine) peerAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 		return out
 	}
 	b := m.peers.Observe(c.owner, row, at(m.now.Mono))
-	switch still := b.StillFor(at(m.now.Mono)); {
-	case b.Gone(c.owner):
+	switch Judge(c.owner, b, at(m.now.Mono), m.cfg.TTL) {
+	case Gone:
 		return m.startRound(out, false)
-	case still >= ReapAfter(m.cfg.TTL):
+	case Reap:
 		if !m.reaping[c.owner] {
 			return m.reap(out, c.owner, b, 0)
 		}
-	case still >= SilentAfter(m.cfg.TTL) && !b.Missed:
-		b.Missed = true
-		return m.startRound(out, false)
+	case Silent:
+		if !b.Missed {
+			b.Missed = true
+			return m.startRound(out, false)
+		}
 	}
 	return out
 }
@@ -108,9 +110,9 @@ func (m *Machine) reapAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 			return m.reaped(out, c.round, c.owner, false)
 		}
 		m.peers.Observe(c.owner, row, at(m.now.Mono))
-		if row.Owner != m.name || row.Counter != c.counter+1 {
+		if taken, gone := ReapReadBack(row, m.name, c.owner, c.counter); !taken {
 			delete(m.reaping, c.owner)
-			return m.reaped(out, c.round, c.owner, row.Owner != c.owner) // renewed meanwhile (alive), or gone anyway
+			return m.reaped(out, c.round, c.owner, gone) // renewed meanwhile (alive), or gone anyway
 		}
 	}
 	delete(m.reaping, c.owner)

@@ -11,14 +11,14 @@ import "time"
 // strong read. rid is the claim round waiting for it (0: none).
 func (m *Machine) take(out []Output, id string, how takeHow, rid int) []Output {
 	ttl := noTTL
-	if how.pending {
+	if how.Pending {
 		ttl = PendingTTL
 	}
 	op := Op{Kind: OpAcquire, Key: m.leaseKey(id), Owner: m.name, TTL: ttl}
-	if how.steal {
-		op = Op{Kind: OpSteal, Key: m.leaseKey(id), Owner: m.name, Counter: how.counter, TTL: ttl}
+	if how.Steal {
+		op = Op{Kind: OpSteal, Key: m.leaseKey(id), Owner: m.name, Counter: how.Counter, TTL: ttl}
 	}
-	return m.send(out, op, &opCtx{purpose: pTakeWrite, shard: id, how: how, round: rid, counter: how.counter})
+	return m.send(out, op, &opCtx{purpose: pTakeWrite, shard: id, how: how, round: rid, counter: how.Counter})
 }
 
 // noTTL is the TTL of a bound lease: none of its own.
@@ -38,13 +38,11 @@ func (m *Machine) takeAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 		// A take begun under an old name reads nothing; an unknown holding is found as it is by
 		// a later round.
 		return m.tookFor(out, c.round, id, false)
-	case row.Owner != m.name || PendingAt(row, m.now.Wall) != how.pending:
-		return m.tookFor(out, c.round, id, false)
-	case !c.ok && how.steal && row.Counter != how.counter+1:
-		return m.tookFor(out, c.round, id, false) // ours from another write: a later round takes it up
-	case row.Counter <= how.counter, row.Counter <= m.readTop[id], m.held[id] != nil:
-		// This take's write did not land (or not yet): the holding read back is an older one of
-		// this instance's, whose writes may still land. A later round takes it up.
+	case !TakeLanded(row, m.name, TakeHow(how), c.ok, m.now.Wall):
+		return m.tookFor(out, c.round, id, false) // a later round finds the lease as it is
+	case row.Counter <= m.readTop[id], m.held[id] != nil:
+		// An older holding of this instance's, whose writes may still land: a later round
+		// takes it up with a write of its own.
 		return m.tookFor(out, c.round, id, false)
 	}
 	if row.Finished {
@@ -56,11 +54,11 @@ func (m *Machine) takeAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 	}
 	h := &heldShard{tenure: row.Tenure(), state: LocalReading, checkpoint: row.Checkpoint}
 	m.held[id] = h
-	if how.pending {
+	if how.Pending {
 		h.state = LocalStarting
-		if !how.after.IsZero() {
+		if !how.After.IsZero() {
 			h.waitKnown = true
-			h.bindAt = max(m.now.Mono, how.after.Sub(epoch)+StealWait(m.cfg.TTL))
+			h.bindAt = max(m.now.Mono, how.After.Sub(epoch)+StealWait(m.cfg.TTL))
 		} else {
 			h.announce = true
 			out = m.bump(out, id)
