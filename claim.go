@@ -63,6 +63,11 @@ func (c *coordinator) claim(ctx context.Context, balance bool) *view {
 	if !s.tenure.mayHandOut() {
 		return v // its deadline passed: it takes nothing until its shards were given up
 	}
+	if !s.mayTake() {
+		v.hungry = true // read again at the next tick
+		return v        // its heartbeat row does not note its TTL yet: the next renewal does
+	}
+	v.waitTTL = c.peers.LongestTTL(s.cfg.leaseTTL)
 	c.reconcile(ctx, v, sent, me)
 	planned, orphans := protocol.Planned(v.shards, v.dead)
 	in := &protocol.BalanceIn{Owner: me, Now: v.now, Readable: v.readable, Leases: planned, Orphans: orphans,
@@ -309,7 +314,7 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 		s.table.markFinished(id)
 		return false
 	}
-	return c.start(id, l, how.Pending, how.After)
+	return c.start(id, l, how)
 }
 
 // dropTaken gives up a lease just taken without reading its shard. A pending one is left

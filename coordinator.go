@@ -169,7 +169,10 @@ type view struct {
 	// reading, and the leases bound to them are taken at once (claim.go).
 	dead   map[string]bool
 	unsure bool // an owner's heartbeat row could not be read: the round's picture is partial
-	hungry bool // the round left this subscriber below its share, or wanting free leases
+	// waitTTL is the longest lease TTL of the fleet as the round saw it: a pending take's wait
+	// counts in it (protocol.TakeHow.WaitTTL).
+	waitTTL time.Duration
+	hungry  bool // the round left this subscriber below its share, or wanting free leases
 }
 
 // look reads the stream's rows of the lease table and works out which shards can be read. It
@@ -256,9 +259,10 @@ func (t *shardTable) inListing(id string) bool {
 // did. A pending lease's reader waits stealWait first and then binds the lease (shard.go), so
 // that the previous owner has stopped reading, even one whose renewals fail or hang, and the two
 // never read the shard at once.
-func (c *coordinator) start(id string, l lease.Lease, pending bool, after time.Time) bool {
+func (c *coordinator) start(id string, l lease.Lease, how takeHow) bool {
 	s := c.s
-	w := newWorker(s.env, id, l, pending, after)
+	pending := how.Pending
+	w := newWorker(s.env, id, l, pending, how.After, how.WaitTTL)
 	if ok, stale := s.table.register(w, l.Checkpoint, s.initial()); !ok {
 		w.cancelRead()
 		if stale { // left as it is: a later round takes it up with a write of its own

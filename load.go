@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/gostream/kinesub/internal/protocol"
+	"github.com/gostream/kinesub/lease"
 )
 
 // Load is what a subscriber's readers fetch, in bytes and records a second. Every reader
@@ -269,13 +270,35 @@ func (b *loadBook) view(seen map[string]*beatSeen) *protocol.LoadIn {
 }
 
 // stealHeartbeat renews the heartbeat row: a Steal at its own counter which, when the store
-// keeps notes, also notes the load of the shards held here.
+// keeps notes, also notes the load of the shards held here and this subscriber's lease TTL,
+// by which peers judge the row (protocol.NoteTTL).
 func (s *Subscriber) stealHeartbeat(ctx context.Context, key, name string, counter int64, ttl time.Duration) (bool, error) {
 	if s.stealNote == nil || s.env == nil {
 		return s.cfg.store.Steal(ctx, key, name, counter, ttl)
 	}
-	return s.stealNote(ctx, key, name, counter, ttl, s.env.loads.note())
+	return s.stealNote(ctx, key, name, counter, ttl, protocol.NoteTTL(s.env.loads.note(), s.cfg.leaseTTL))
 }
+
+// noteJoined renews the heartbeat row just joined, at once, so that it notes this subscriber's
+// lease TTL before any lease is taken: claim rounds take nothing until a renewal landed (the
+// next tick's, when this one does not), since a peer with a shorter TTL would judge the row by
+// its own and take it over while this subscriber may still hand out.
+func (s *Subscriber) noteJoined(ctx context.Context) {
+	t := s.tenure
+	name, key := t.self()
+	row := t.holding()
+	t.attempt(time.Now())
+	cctx, cancel := context.WithTimeout(ctx, min(s.cfg.requestTimeout, protocol.RenewEvery(t.ttl)))
+	defer cancel()
+	if ok, err := s.stealHeartbeat(cctx, key, name, row.Counter, t.ttl); err == nil && ok {
+		t.renewed(lease.Tenure{Owner: name, Counter: row.Counter + 1})
+	}
+}
+
+// mayTake reports whether claim rounds may take leases: a renewal landed since the heartbeat
+// row was joined, so the row notes this subscriber's TTL (noteJoined; where the store keeps
+// notes).
+func (s *Subscriber) mayTake() bool { return s.tenure.noted.Load() }
 
 // endedBy reports whether the shard's holding ends for cause c.
 func (w *worker) endedBy(c cause) bool {

@@ -7,6 +7,9 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/internal/protocol"
 )
 
 // TestShardMeter: a meter counts records by arrival time over the window; records without an
@@ -72,4 +75,19 @@ func TestParseLoadNote(t *testing.T) {
 	got, ok := parseLoad(book.note())
 	assert.True(t, ok)
 	assert.True(t, got.hasUtil, "a note written here carries the utilization: %q", book.note())
+}
+
+// TestLoadNoteWithTTL: the heartbeat row's note carries the TTL after the load's fields, and
+// reads as a load all the same (so versions that read only the load still do).
+func TestLoadNoteWithTTL(t *testing.T) {
+	note := protocol.NoteTTL(fmt.Sprintf(loadNote, 2048, 30, 250), 6*time.Second)
+	l, ok := parseLoad(note)
+	require.True(t, ok)
+	require.Equal(t, 2048.0, l.bytes)
+	require.Equal(t, 30.0, l.records)
+	require.True(t, l.hasUtil)
+	require.Equal(t, 0.25, l.util)
+	ttl, ok := protocol.NotedTTL(note)
+	require.True(t, ok)
+	require.Equal(t, 6*time.Second, ttl)
 }

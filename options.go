@@ -212,13 +212,16 @@ func WithShardSyncInterval(d time.Duration) Option {
 // renewed every TTL/3 on its own schedule, whatever the consumer does; the shard leases are
 // bound to it and have no expiry of their own, so an instance writes to renew once per TTL/3
 // however many shards it holds. Its readers stop 2/3 TTL after the last renewal that
-// succeeded, however the lease store fails (errors or hangs), so they have stopped before a
-// peer can take the row as expired; a subscriber that steals a lease for balance waits 3/4 TTL
-// before reading it, so the two never read a shard at once. Clock offsets between hosts do not
-// matter to either rule; a host whose clock runs more than TTL/3 ahead of the holder's may take
-// an unrenewed row as expired early. A subscriber that dies holds its shards until its row
-// expires, then a peer deletes the row and takes them all at once (docs/leases.md). Every
-// instance sharing a lease table should use one TTL. Range 10ms to 1h.
+// succeeded, however the lease store fails (errors or hangs); a peer takes the row over only
+// once its counter stood still for 3/4 TTL, timed on the peer's own monotonic clock, and a
+// subscriber that steals a lease for balance waits 3/4 TTL before reading it, so the two never
+// read a shard at once. Clock offsets between hosts do not matter to either rule. A subscriber
+// that dies holds its shards until a peer took its row over, then the peer takes them all at
+// once (docs/leases.md).
+//
+// Instances sharing a lease table may use different TTLs, as in a rolling change of this
+// option: each heartbeat row notes its holder's TTL, peers take a row over by the TTL it notes,
+// and a steal waits 3/4 of the longest TTL among the rows it has seen. Range 10ms to 1h.
 func WithLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL = d } }
 
 // WithCreateIfMissing makes Subscribe create the stream with the given number of shards

@@ -79,6 +79,7 @@ func (c *coordinator) pendingHow(v *view, id string, how takeHow) takeHow {
 		}
 		how.Victim = protocol.Tenure(t)
 	}
+	how.WaitTTL = v.waitTTL
 	how.After = c.s.changes.pending.movedAfter(id, l.Tenure())
 	return how
 }

@@ -131,7 +131,7 @@ type worker struct {
 // newWorker returns the worker of shard id, taken with lease l. A stolen (pending) lease is
 // read only stealWait after a change-row move that landed after the steal: after the move
 // known at after (pending.go), or, without one, after a move of its own.
-func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool, after time.Time) *worker {
+func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool, after time.Time, waitTTL time.Duration) *worker {
 	w := &worker{
 		env:         env,
 		id:          id,
@@ -154,10 +154,11 @@ func newWorker(env *shardEnv, id string, l lease.Lease, stolen bool, after time.
 	if stolen {
 		w.st.Store(uint32(stateStarting))
 		w.stolen = true
-		w.startDelay = protocol.StealWait(env.cfg.leaseTTL)
+		wait := protocol.StealWait(max(waitTTL, env.cfg.leaseTTL))
+		w.startDelay = wait
 		w.announce = true
 		if !after.IsZero() {
-			w.startDelay = max(0, protocol.StealWait(env.cfg.leaseTTL)-time.Since(after))
+			w.startDelay = max(0, wait-time.Since(after))
 			w.announce = false
 		}
 	}

@@ -181,6 +181,7 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		m.stop()
 		return nil, fmt.Errorf("kinesub: lease store: heartbeat row: %w", err)
 	}
+	s.noteJoined(ctx)
 	// Owned by the subscriber: stop waits for the tenure keeper (tenureDone) and the coordinator
 	// (coordinating), which waits for every shard's life; Close waits for the watcher (watching).
 	var tenureCtx context.Context

@@ -61,6 +61,9 @@ type tenure struct {
 	// until is the deadline in force as nanoseconds after base (math.MinInt64 once resigned):
 	// records may be handed out before it. Read on every hand-out, so it is an atomic.
 	until atomic.Int64
+	// noted: a renewal landed since the row was joined, so the row notes this subscriber's TTL
+	// (load.go, noteJoined).
+	noted atomic.Bool
 
 	mu       sync.Mutex
 	name     string            // this subscriber's owner name: WithOwner's, with an incarnation
@@ -147,6 +150,7 @@ func (t *tenure) fire() {
 // joining). A deadline still in the past arms no timer: nothing is held or taken under it, and
 // the next renewal or confirmation moves it.
 func (t *tenure) restarted(revived bool) {
+	t.noted.Store(false)
 	t.until.Store(int64(t.d.Until().Sub(t.base)))
 	if !revived {
 		return
@@ -187,6 +191,7 @@ func (t *tenure) renewed(row lease.Tenure) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.row = row
+	t.noted.Store(true)
 	t.apply(t.d.Renewed(time.Now()))
 }
 
@@ -320,6 +325,7 @@ func (s *Subscriber) renewHeartbeat(ctx context.Context) {
 		if err := s.join(ctx, true); err != nil && ctx.Err() == nil {
 			s.report(&ShardError{Stream: s.stream, Op: OpHeartbeat, Err: err})
 		} else if err == nil {
+			s.noteJoined(ctx)
 			s.changed(ctx)
 		}
 	}

@@ -63,6 +63,9 @@ type Machine struct {
 	// Timers, on the monotonic clock.
 	nextRenew, nextClaim, nextBalance time.Duration
 	renewing, confirming, checking    bool // a renewal, a confirmation, a claim tick's look in flight
+	// noted: a renewal landed since the join, so the heartbeat row notes this instance's TTL
+	// (ttlnote.go); claim rounds take nothing before.
+	noted bool
 
 	round      *round // the claim round under way
 	roundSeq   int    // the rounds started
@@ -93,6 +96,7 @@ type heldShard struct {
 	tenure     Tenure
 	state      LocalState
 	bindAt     time.Duration // a pending lease binds at this instant, once waitKnown
+	waitTTL    time.Duration // the TTL a pending lease's wait counts in (TakeHow.WaitTTL)
 	waitKnown  bool
 	binding    bool // a bind in flight
 	announce   bool // a bump for this steal is in flight
@@ -285,7 +289,7 @@ func (m *Machine) peerDue(now time.Duration) bool {
 		if b == nil || b.Gone(o) {
 			continue
 		}
-		if s := b.StillFor(at(now)); s >= ReapAfter(m.cfg.TTL) || !b.Missed && s >= SilentAfter(m.cfg.TTL) {
+		if s, ttl := b.StillFor(at(now)), b.TTL(m.cfg.TTL); s >= ReapAfter(ttl) || !b.Missed && s >= SilentAfter(ttl) {
 			return !m.reaping[o] && !m.checking
 		}
 	}
@@ -414,7 +418,7 @@ func (m *Machine) String() string {
 	w("phase", phaseNames[m.phase], "now", d(m.now.Mono), "next_op", i64(int64(m.nextID)))
 	w("owner", strconv.Quote(m.name), "hb", strconv.Quote(m.hb.Owner), i64(m.hb.Counter))
 	w("deadline", tm(m.d.beatSent), tm(m.d.attempted), tm(m.d.confirmed), i64(m.d.verified), bl(m.d.passed), bl(m.d.resigned), tm(m.d.until))
-	w("timers", d(m.nextRenew), d(m.nextClaim), d(m.nextBalance), bl(m.renewing), bl(m.confirming), bl(m.checking), d(m.armedAt))
+	w("timers", d(m.nextRenew), d(m.nextClaim), d(m.nextBalance), bl(m.renewing), bl(m.confirming), bl(m.checking), d(m.armedAt), "noted", bl(m.noted))
 	w("last_round", strconv.Itoa(m.roundSeq), bl(m.lastRound.read), i64(m.lastRound.change), bl(m.lastRound.hungry), "again", bl(m.again), bl(m.againBal))
 	w("join", d(m.joinSent), strconv.Itoa(m.rejoins), "close", strconv.Itoa(m.closeOuts), i64(m.dropCount), strconv.Quote(m.stoppedWhy))
 	for _, o := range sortedKeys(m.peers.Seen) {
@@ -433,7 +437,7 @@ func (m *Machine) String() string {
 	}
 	for _, id := range sortedKeys(m.held) {
 		h := m.held[id]
-		w("held", id, strconv.Quote(h.tenure.Owner), i64(h.tenure.Counter), strconv.Itoa(int(h.state)), d(h.bindAt), bl(h.waitKnown),
+		w("held", id, strconv.Quote(h.tenure.Owner), i64(h.tenure.Counter), strconv.Itoa(int(h.state)), d(h.bindAt), bl(h.waitKnown), d(h.waitTTL),
 			bl(h.binding), bl(h.announce), i64(h.order), bl(h.endSent), strconv.Itoa(h.ckpts), bl(h.stopped), bl(h.finished), bl(h.releasing), strconv.Quote(h.checkpoint))
 	}
 	for _, id := range sortedKeys(m.finished) {

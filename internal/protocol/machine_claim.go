@@ -334,6 +334,9 @@ func (m *Machine) afterOwners(out []Output, r *round) []Output {
 	if !m.d.MayHandOut(at(m.now.Mono)) {
 		return m.endRound(out, true, false) // it takes nothing until its shards were given up
 	}
+	if !m.noted {
+		return m.endRound(out, true, true) // its row does not note its TTL yet: a later round takes
+	}
 	// reconcile: what the table shows as this instance's and it does not read.
 	r.stage = stReconcile
 	takeUp, release := Reconcile(r.leases, m.name, func(id string) bool {
@@ -361,6 +364,7 @@ func (m *Machine) afterOwners(out []Output, r *round) []Output {
 func (m *Machine) pendingHow(r *round, id string, how TakeHow) takeHow {
 	if how.Pending {
 		how.After = m.pending.MovedAfter(id, r.leases[id].Tenure())
+		how.WaitTTL = m.peers.LongestTTL(m.cfg.TTL)
 	}
 	return takeHow(how)
 }

@@ -46,6 +46,7 @@ func (m *Machine) joinAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 	}
 	m.phase = phaseJoined
 	m.hb = row.Tenure()
+	m.noted = false
 	m.d.Joined(at(m.joinSent), at(m.now.Mono))
 	m.lastRound = roundResult{}
 	now := m.now.Mono
@@ -53,6 +54,7 @@ func (m *Machine) joinAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 	m.nextClaim = now + m.cfg.ClaimTick
 	m.nextBalance = now + m.cfg.Balance
 	out = m.bump(out, "") // joined: peers count this instance at their next tick
+	out = m.renew(out)    // at once, so that the row notes this instance's TTL
 	return m.startRound(out, false)
 }
 
@@ -78,8 +80,8 @@ func (m *Machine) renew(out []Output) []Output {
 	}
 	m.renewing = true
 	m.d.Attempt(at(m.now.Mono))
-	return m.send(out, Op{Kind: OpSteal, Key: m.ownerKey(m.name), Owner: m.name, Counter: m.hb.Counter, TTL: m.cfg.TTL},
-		&opCtx{purpose: pRenew, counter: m.hb.Counter})
+	return m.send(out, Op{Kind: OpSteal, Key: m.ownerKey(m.name), Owner: m.name, Counter: m.hb.Counter, TTL: m.cfg.TTL,
+		Note: NoteTTL("", m.cfg.TTL)}, &opCtx{purpose: pRenew, counter: m.hb.Counter})
 }
 
 // renewAnswered: a renewal that landed moves the deadline; one whose outcome is not known (an
@@ -92,7 +94,7 @@ func (m *Machine) renewAnswered(out []Output, c *opCtx, oc Outcome, row Row) []O
 	}
 	if c.purpose == pRenew {
 		if oc == Applied {
-			m.renewing = false
+			m.renewing, m.noted = false, true
 			m.hb = Tenure{Owner: m.name, Counter: c.counter + 1}
 			return m.applyDeadline(out, m.d.Renewed(at(m.now.Mono)))
 		}
@@ -104,6 +106,7 @@ func (m *Machine) renewAnswered(out []Output, c *opCtx, oc Outcome, row Row) []O
 		// Unknown: the next tick tries again, and the deadline passes if none lands.
 	case row.Owner == m.name && row.Counter > c.counter:
 		m.hb = row.Tenure() // an attempt landed, its answer lost
+		m.noted = true
 		return m.applyDeadline(out, m.d.Renewed(at(m.now.Mono)))
 	case row.Owner == m.name:
 		// Not landed (yet): the next tick tries again.

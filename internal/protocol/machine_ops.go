@@ -149,7 +149,7 @@ func (m *Machine) bumpAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 		m.pending.MovedBy(at(c.readAt.Mono), at(m.now.Mono))
 		if h := m.held[c.bumpFor]; c.bumpFor != "" && h != nil && h.announce {
 			h.announce, h.waitKnown = false, true
-			h.bindAt = m.now.Mono + StealWait(m.cfg.TTL)
+			h.bindAt = m.now.Mono + StealWait(h.waitTTL)
 		}
 		return out
 	}

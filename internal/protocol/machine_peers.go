@@ -46,7 +46,7 @@ func (m *Machine) watchPeers(out []Output) ([]Output, bool) {
 		live++
 	}
 	for _, o := range m.peers.Overlooked(m.name, owners, m.watched) {
-		if m.peers.Seen[o].StillFor(now) < ReapAfter(ttl) {
+		if b := m.peers.Seen[o]; b.StillFor(now) < ReapAfter(b.TTL(ttl)) {
 			continue
 		}
 		out = m.send(out, Op{Kind: OpRead, Key: m.ownerKey(o)}, &opCtx{purpose: pPeerRead, owner: o})

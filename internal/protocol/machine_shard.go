@@ -56,9 +56,10 @@ func (m *Machine) takeAnswered(out []Output, c *opCtx, oc Outcome, row Row) []Ou
 	m.held[id] = h
 	if how.Pending {
 		h.state = LocalStarting
+		h.waitTTL = max(how.WaitTTL, m.cfg.TTL)
 		if !how.After.IsZero() {
 			h.waitKnown = true
-			h.bindAt = max(m.now.Mono, how.After.Sub(epoch)+StealWait(m.cfg.TTL))
+			h.bindAt = max(m.now.Mono, how.After.Sub(epoch)+StealWait(h.waitTTL))
 		} else {
 			h.announce = true
 			out = m.bump(out, id)

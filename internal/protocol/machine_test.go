@@ -61,7 +61,7 @@ func (tb *table) apply(op Op) Answered {
 		if !ok || r.Counter != op.Counter {
 			return refuse()
 		}
-		r.Owner, r.Expiry = op.Owner, expiry()
+		r.Owner, r.Expiry, r.Note = op.Owner, expiry(), op.Note
 		r.Counter++
 	case OpRelease:
 		if !holds() {
@@ -188,14 +188,14 @@ func joinedWith(t *testing.T, tb *table, owner string, inc uint64, balance time.
 	return n
 }
 
-// TestMachineJoinRenewClaim: a Machine joins (the heartbeat row created, read back), takes a
-// free lease and reads it; its renewals move the row's counter every TTL/3 and, with the
-// confirmations, keep the deadline ahead.
+// TestMachineJoinRenewClaim: a Machine joins (the heartbeat row created, read back, and renewed
+// at once so that it notes the TTL), takes a free lease and reads it; its renewals move the
+// row's counter every TTL/3 and, with the confirmations, keep the deadline ahead.
 func TestMachineJoinRenewClaim(t *testing.T) {
 	tb := newTable()
 	n := joined(t, tb, "a", 0x1f, "shard-0")
 	me := "a#0000001f"
-	require.Equal(t, Row{Key: "s/~v2/owner/" + me, Owner: me, Expiry: tb.wall.Add(3 * time.Second), Counter: 1}, tb.rows["s/~v2/owner/"+me])
+	require.Equal(t, Row{Key: "s/~v2/owner/" + me, Owner: me, Expiry: tb.wall.Add(3 * time.Second), Counter: 2, Note: "ttl/3000"}, tb.rows["s/~v2/owner/"+me])
 	starts := took[StartReading](n)
 	require.Equal(t, []StartReading{{Shard: "shard-0", Tenure: Tenure{Owner: me, Counter: 1}}}, starts)
 	require.Equal(t, me, tb.rows["s/shard-0"].Owner)
@@ -208,7 +208,7 @@ func TestMachineJoinRenewClaim(t *testing.T) {
 
 	for i := 1; i <= 6; i++ {
 		n.advance(time.Duration(i) * time.Second)
-		require.Equal(t, int64(1+i), tb.rows["s/~v2/owner/"+me].Counter, "renewed every TTL/3")
+		require.Equal(t, int64(2+i), tb.rows["s/~v2/owner/"+me].Counter, "renewed every TTL/3")
 	}
 	_, ok = n.m.MayHandOut(n.mono+1900*time.Millisecond, "shard-0")
 	require.True(t, ok, "renewed and confirmed at 6 s: until 8 s")
@@ -250,7 +250,7 @@ func TestMachineDeadlineStopsHandOuts(t *testing.T) {
 		return true, 0
 	}
 	n.advance(3 * time.Second)
-	require.Equal(t, int64(2), tb.rows[hb].Counter)
+	require.Equal(t, int64(3), tb.rows[hb].Counter)
 	n.advance(5900 * time.Millisecond)
 	require.Empty(t, took[StartReading](n), "the round at the loss took nothing: the deadline had passed")
 	n.advance(6 * time.Second)

@@ -135,43 +135,45 @@ func (p *Peers) Overlooked(me string, owners, watched []string) []string {
 // every row due), will have stood still for ReapAfter, or a watched row for SilentAfter, and
 // whether that comes before the next claim tick (claimEvery): the instance then looks at that
 // moment rather than at the tick after it, which would add up to a tick to every crash's
-// failover.
-func (p *Peers) NextReap(me string, watched []string, hungry bool, now time.Time, ttl, claimEvery time.Duration) (time.Duration, bool) {
+// failover. Each row counts in the TTL it notes, or own.
+func (p *Peers) NextReap(me string, watched []string, hungry bool, now time.Time, own, claimEvery time.Duration) (time.Duration, bool) {
 	wait := claimEvery
 	found := false
-	due := func(o string, after time.Duration) {
+	due := func(o string, after func(ttl time.Duration) time.Duration) {
 		b := p.Seen[o]
 		if b == nil || b.Gone(o) {
 			return
 		}
-		if d := after - b.StillFor(now); d > 0 && d < wait {
+		if d := after(b.TTL(own)) - b.StillFor(now); d > 0 && d < wait {
 			wait, found = d, true
 		}
 	}
 	for _, o := range watched {
-		due(o, ReapAfter(ttl))
+		due(o, ReapAfter)
 	}
 	others := p.LiveOwners(me)
 	if !hungry {
 		others = p.Overlooked(me, others, watched)
 	}
 	for _, o := range others {
-		due(o, ReapAfter(ttl))
+		due(o, ReapAfter)
 	}
 	for _, o := range watched {
 		if b := p.Seen[o]; b != nil && !b.Missed {
-			due(o, SilentAfter(ttl))
+			due(o, SilentAfter)
 		}
 	}
 	return wait, found
 }
 
 // Suspect reports whether owner's heartbeat row, as read within the last RenewEvery (a row not
-// read for longer says nothing of now), shows it stopped or missed a renewal.
-func (p *Peers) Suspect(me, owner string, now time.Time, ttl time.Duration) bool {
+// read for longer says nothing of now), shows it stopped or missed a renewal; in the TTL the row
+// notes, or own.
+func (p *Peers) Suspect(me, owner string, now time.Time, own time.Duration) bool {
 	b := p.Seen[owner]
 	if owner == me || b == nil {
 		return false
 	}
+	ttl := b.TTL(own)
 	return b.Gone(owner) || now.Sub(b.Read) <= RenewEvery(ttl) && b.StillFor(now) >= SilentAfter(ttl)
 }

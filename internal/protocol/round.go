@@ -57,11 +57,13 @@ const (
 	Gone
 )
 
-// Judge returns the verdict on owner's heartbeat row as b last read it, at now.
-func Judge(owner string, b *BeatSeen, now time.Time, ttl time.Duration) Verdict {
+// Judge returns the verdict on owner's heartbeat row as b last read it, at now, by the TTL the
+// row notes (own when it notes none: ttlnote.go).
+func Judge(owner string, b *BeatSeen, now time.Time, own time.Duration) Verdict {
 	if b.Gone(owner) {
 		return Gone
 	}
+	ttl := b.TTL(own)
 	switch still := b.StillFor(now); {
 	case still >= ReapAfter(ttl):
 		return Reap
@@ -123,15 +125,16 @@ func (o OrphanClock) Overdue(orphans map[string]bool, sent time.Time, tick time.
 
 // Beats returns the heartbeat rows balancing counts owners by (BalanceIn.Beats): one per other
 // owner whose row is its own and who is not dead, lapsed (an expiry at lapsed, in the past of
-// the planner's now) when it stood still for SilentAfter at now.
-func (p *Peers) Beats(me string, dead map[string]bool, now, lapsed time.Time, ttl time.Duration) map[string]Row {
+// the planner's now) when it stood still for SilentAfter (of the TTL its row notes, or own) at
+// now.
+func (p *Peers) Beats(me string, dead map[string]bool, now, lapsed time.Time, own time.Duration) map[string]Row {
 	beats := map[string]Row{}
 	for owner, b := range p.Seen {
 		if owner == me || b.Gone(owner) || dead[owner] {
 			continue
 		}
 		l := Row{Key: b.Row.Key, Owner: owner, Counter: b.Row.Counter}
-		if b.StillFor(now) >= SilentAfter(ttl) {
+		if b.StillFor(now) >= SilentAfter(b.TTL(own)) {
 			l.Expiry = lapsed
 		}
 		beats[owner] = l
@@ -174,6 +177,10 @@ type TakeHow struct {
 	// Victim, for a pending steal, is the holder its wait protects, noted on the lease; zero
 	// when not known.
 	Victim Tenure
+	// WaitTTL, for a pending take, is the TTL its wait counts in (StealWait): the longest of
+	// the fleet's (Peers.LongestTTL), so that it outlasts the hand-outs of any holder it may
+	// protect.
+	WaitTTL time.Duration
 }
 
 // HowToTake says how to take the lease l the planner chose (PlanTake), listed at now; dead are

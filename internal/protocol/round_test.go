@@ -133,3 +133,46 @@ func TestHowToTakeAndLanded(t *testing.T) {
 	require.False(t, TakeLanded(Row{Owner: "me", Counter: 6, Expiry: pend}, "me", steal, false, t0), "its own from another write")
 	require.True(t, TakeLanded(Row{Owner: "me", Counter: 6, Expiry: pend}, "me", steal, true, t0), "applied: a holding of its own past the write")
 }
+
+// TestTTLNotes: a heartbeat row's note carries its holder's TTL beside the other fields; a row
+// is judged, and a pending take waits, by the TTLs the rows note (a row that notes none: the
+// reader's own).
+func TestTTLNotes(t *testing.T) {
+	note := NoteTTL("load/1 10 2 300", 6*time.Second)
+	require.Equal(t, "load/1 10 2 300 ttl/6000", note)
+	ttl, ok := NotedTTL(note)
+	require.True(t, ok)
+	require.Equal(t, 6*time.Second, ttl)
+	ttl, ok = NotedTTL(NoteTTL("", 1500*time.Millisecond))
+	require.True(t, ok)
+	require.Equal(t, 1500*time.Millisecond, ttl)
+	for _, n := range []string{"", "load/1 10 2 300", "ttl/", "ttl/-5", "ttl/x", "x ttl/0"} {
+		_, ok := NotedTTL(n)
+		require.False(t, ok, n)
+	}
+
+	own := 1500 * time.Millisecond
+	t0 := time.Now()
+	var p Peers
+	long := p.Observe("long", Row{Key: "k1", Owner: "long", Counter: 3, Note: NoteTTL("", 6*time.Second)}, t0)
+	plain := p.Observe("plain", Row{Key: "k2", Owner: "plain", Counter: 3}, t0)
+	require.Equal(t, 6*time.Second, long.TTL(own))
+	require.Equal(t, own, plain.TTL(own))
+	later := t0.Add(ReapAfter(own))
+	require.Equal(t, Reap, Judge("plain", plain, later, own))
+	require.Equal(t, Live, Judge("long", long, later, own), "judged by its own 6s, not the reader's 1.5s")
+	require.Equal(t, Reap, Judge("long", long, t0.Add(ReapAfter(6*time.Second)), own))
+	silent := t0.Add(SilentAfter(own))
+	p.Observe("plain", plain.Row, silent) // read again, the counter unmoved
+	p.Observe("long", long.Row, silent)
+	require.True(t, p.Suspect("me", "plain", silent, own))
+	require.False(t, p.Suspect("me", "long", silent, own), "not silent in its own TTL")
+	require.Equal(t, 6*time.Second, p.LongestTTL(own))
+	require.Equal(t, 9*time.Second, p.LongestTTL(9*time.Second))
+	beats := p.Beats("me", nil, later, t0, own)
+	require.True(t, beats["plain"].Expiry.Equal(t0), "lapsed by the reader's TTL")
+	require.True(t, beats["long"].Expiry.IsZero(), "live by its own")
+	d, ok := p.NextReap("me", []string{"long"}, false, later, own, time.Hour)
+	require.True(t, ok)
+	require.Equal(t, SilentAfter(6*time.Second)-ReapAfter(own), d, "its next verdict, in its own TTL")
+}

@@ -21,3 +21,16 @@ func Machines(stream string, ttl time.Duration) NewCore {
 		return machineCore{protocol.New(protocol.Config{Stream: stream, Owner: fmt.Sprintf("i%d", slot), TTL: ttl, Choose: choose})}
 	}
 }
+
+// MachinesMixed is Machines with mixed lease TTLs, as in a rolling change of WithLeaseTTL or
+// one service of many configured differently: the machine in slot 0 runs with ttl, the others
+// with half of it. The fleet's Config.TTL is ttl, the longest, in which its bounds count.
+func MachinesMixed(stream string, ttl time.Duration) NewCore {
+	return func(slot int, choose protocol.Chooser) Core {
+		t := ttl
+		if slot > 0 {
+			t = ttl / 2
+		}
+		return machineCore{protocol.New(protocol.Config{Stream: stream, Owner: fmt.Sprintf("i%d", slot), TTL: t, Choose: choose})}
+	}
+}
