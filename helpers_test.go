@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/gostream/kinesub/internal/publish"
 	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/lease"
 )
@@ -54,9 +55,9 @@ func (s *stream) publish(n, keys int) {
 	// a key's records one call after the other).
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	for start := 0; start < len(recs); start += maxBatchRecords {
+	for start := 0; start < len(recs); start += publish.MaxBatchRecords {
 		var entries []types.PutRecordsRequestEntry
-		for _, r := range recs[start:min(start+maxBatchRecords, len(recs))] {
+		for _, r := range recs[start:min(start+publish.MaxBatchRecords, len(recs))] {
 			entries = append(entries, types.PutRecordsRequestEntry{PartitionKey: aws.String(r.PartitionKey), Data: r.Data})
 		}
 		out, err := s.c.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String(s.name), Records: entries})

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/internal/kpl"
+	"github.com/gostream/kinesub/internal/publish"
 	"github.com/gostream/kinesub/kinesistest"
 )
 
@@ -152,11 +153,11 @@ func TestPublishBatchBurstAtTheStreamsPace(t *testing.T) {
 		require.Zero(t, tr.refused.Load(), "records refused by the service")
 		// A second's worth a shard at once, less the head start a new pacer keeps in hand,
 		// the rest at 2,000 a second.
-		want := 3*time.Second + pacerHeadStart
+		want := 3*time.Second + publish.PacerHeadStart
 		require.GreaterOrEqual(t, elapsed, want)
 		require.Less(t, elapsed, want+200*time.Millisecond)
 		checkKeyOrder(t, byKey(storedRecords(t, c, "burst")), calls*per, calls*keys)
-		require.Zero(t, p.shards.mispredicted.Load())
+		require.Zero(t, p.shards.Mispredicted())
 	})
 }
 
@@ -182,16 +183,16 @@ func TestPublishBatchThroughReshard(t *testing.T) {
 		elapsed := time.Since(start)
 		wg.Wait()
 		checkKeyOrder(t, byKey(storedRecords(t, c, "reshard")), n, keys)
-		m, err := p.shards.current(t.Context())
+		m, err := p.shards.Current(t.Context())
 		require.NoError(t, err)
-		require.Len(t, m.spans, 2, "the publisher's map holds the two children")
+		require.Equal(t, 2, m.Len(), "the publisher's map holds the two children")
 		// Records were mispredicted only until the shards were listed again, a second after
 		// the first went astray at most.
-		require.Positive(t, p.shards.mispredicted.Load())
-		require.LessOrEqual(t, p.shards.mispredicted.Load(), int64(1000))
+		require.Positive(t, p.shards.Mispredicted())
+		require.LessOrEqual(t, p.shards.Mispredicted(), int64(1000))
 		// One shard would take 7 s (1,000 at once, then 1,000 a second). 3,000 are written
 		// by the split; the children take the other 5,000 at 2,000 a second.
-		t.Logf("written in %v, %d mispredicted, %d refused", elapsed, p.shards.mispredicted.Load(), tr.refused.Load())
+		t.Logf("written in %v, %d mispredicted, %d refused", elapsed, p.shards.Mispredicted(), tr.refused.Load())
 		require.Less(t, elapsed, 5500*time.Millisecond, "the children were not paced as shards of their own")
 	})
 }
@@ -212,7 +213,7 @@ func TestPublishBatchAggregatedBurst(t *testing.T) {
 		require.Less(t, elapsed, 1500*time.Millisecond)
 		stored := map[string][]string{}
 		for _, r := range storedRecords(t, c, "agg") {
-			require.LessOrEqual(t, len(r.Data)+len(aws.ToString(r.PartitionKey)), maxRecordBytes)
+			require.LessOrEqual(t, len(r.Data)+len(aws.ToString(r.PartitionKey)), publish.MaxRecordBytes)
 			subs, err := kpl.Deaggregate(r.Data)
 			require.NoError(t, err)
 			for _, s := range subs {

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/internal/kpl"
+	"github.com/gostream/kinesub/internal/publish"
 	"github.com/gostream/kinesub/internal/testenv"
 	"github.com/gostream/kinesub/lease"
 )
@@ -65,9 +66,9 @@ func TestPublishPredictsShards(t *testing.T) {
 	open := unevenStream(t, c, name)
 	p, err := NewPublisher(c, name)
 	require.NoError(t, err)
-	m, err := p.shards.current(t.Context())
+	m, err := p.shards.Current(t.Context())
 	require.NoError(t, err)
-	require.Len(t, m.spans, 4)
+	require.Equal(t, 4, m.Len())
 
 	var recs []Record
 	for i := range 200 {
@@ -80,7 +81,7 @@ func TestPublishPredictsShards(t *testing.T) {
 	}
 	perShard := map[string]int{}
 	for _, r := range recs {
-		_, h, err := prepareRecord(r.PartitionKey, r.ExplicitHashKey, r.Data, nil)
+		_, h, err := publish.Prepare(r.PartitionKey, r.ExplicitHashKey, r.Data, nil)
 		require.NoError(t, err)
 		in := &kinesis.PutRecordInput{StreamName: aws.String(name), PartitionKey: aws.String(r.PartitionKey), Data: r.Data}
 		if r.ExplicitHashKey != "" {
@@ -88,12 +89,12 @@ func TestPublishPredictsShards(t *testing.T) {
 		}
 		out, err := c.PutRecord(t.Context(), in)
 		require.NoError(t, err)
-		require.Equal(t, aws.ToString(out.ShardId), m.find(h), "key %q, explicit hash key %q", r.PartitionKey, r.ExplicitHashKey)
+		require.Equal(t, aws.ToString(out.ShardId), m.Find(h), "key %q, explicit hash key %q", r.PartitionKey, r.ExplicitHashKey)
 		perShard[aws.ToString(out.ShardId)]++
 	}
 	require.Len(t, perShard, 4, "the records did not reach every shard")
 	require.NoError(t, p.PublishBatch(t.Context(), recs))
-	require.Zero(t, p.shards.mispredicted.Load())
+	require.Zero(t, p.shards.Mispredicted())
 }
 
 // kplUser is one user record as the reference deaggregator (testenv/deaggregate.js) reads it.
@@ -165,8 +166,8 @@ func bigBatch() []Record {
 	small := 200_000
 	return []Record{
 		{PartitionKey: "big", Data: append([]byte("big/0"), bytes.Repeat([]byte("a"), small-5)...)},
-		{PartitionKey: "big", Data: append([]byte("big/1"), bytes.Repeat([]byte("b"), maxRecordBytes-200-small-5)...)},
-		{PartitionKey: "huge", Data: append([]byte("huge/0"), bytes.Repeat([]byte("c"), maxRecordBytes-10)...)},
+		{PartitionKey: "big", Data: append([]byte("big/1"), bytes.Repeat([]byte("b"), publish.MaxRecordBytes-200-small-5)...)},
+		{PartitionKey: "huge", Data: append([]byte("huge/0"), bytes.Repeat([]byte("c"), publish.MaxRecordBytes-10)...)},
 	}
 }
 
@@ -185,7 +186,7 @@ func TestPublishAggregated(t *testing.T) {
 	require.NoError(t, p.PublishBatch(t.Context(), sent))
 	require.NoError(t, p.PublishBatch(t.Context(), bigBatch()))
 	sent = append(sent, bigBatch()...)
-	require.Zero(t, p.shards.mispredicted.Load())
+	require.Zero(t, p.shards.Mispredicted())
 
 	want := map[string]Record{} // by payload
 	for _, r := range sent {
@@ -205,10 +206,10 @@ func TestPublishAggregated(t *testing.T) {
 		for _, r := range recs {
 			shardOf[aws.ToString(r.SequenceNumber)] = aws.ToString(s.ShardId)
 			size := len(r.Data) + len(aws.ToString(r.PartitionKey))
-			require.LessOrEqual(t, size, maxRecordBytes)
+			require.LessOrEqual(t, size, publish.MaxRecordBytes)
 			if kpl.IsAggregated(r.Data) {
 				aggregates++
-				nearLimit = nearLimit || size > maxRecordBytes-300
+				nearLimit = nearLimit || size > publish.MaxRecordBytes-300
 			}
 		}
 		all = append(all, recs...)
@@ -258,7 +259,7 @@ func TestPublishAggregated(t *testing.T) {
 				}
 			}
 			// The user record lies in the range of the shard its aggregate landed on.
-			_, h, err := prepareRecord(w.PartitionKey, w.ExplicitHashKey, nil, nil)
+			_, h, err := publish.Prepare(w.PartitionKey, w.ExplicitHashKey, nil, nil)
 			require.NoError(t, err)
 			rg := ranges[shardOf[seqNo]]
 			require.True(t, rg[0].Cmp(h) <= 0 && h.Cmp(rg[1]) <= 0, "user record %s stored on %s, outside its range", payload[:min(len(payload), 12)], shardOf[seqNo])

@@ -2,13 +2,14 @@ package kinesub
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/gostream/kinesub/internal/publish"
 )
 
 // PublisherOption configures NewPublisher. Options are validated before any I/O; an invalid
@@ -17,11 +18,7 @@ import (
 type PublisherOption func(*publisherConfig)
 
 type publisherConfig struct {
-	retries        int
-	backoffMin     time.Duration
-	backoffMax     time.Duration
-	timeout        time.Duration
-	aggregate      bool
+	send           publish.Config // retries, backoff, timeout, aggregation
 	meterProvider  metric.MeterProvider
 	tracerProvider trace.TracerProvider // nil: no tracing (tracing.go)
 
@@ -29,8 +26,8 @@ type publisherConfig struct {
 }
 
 func defaultPublisherConfig() publisherConfig {
-	return publisherConfig{retries: 8, backoffMin: 100 * time.Millisecond, backoffMax: 5 * time.Second,
-		timeout: 30 * time.Second, meterProvider: otel.GetMeterProvider()}
+	return publisherConfig{send: publish.Config{Retries: 8, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
+		Timeout: 30 * time.Second}, meterProvider: otel.GetMeterProvider()}
 }
 
 // Limits of the publisher options' ranges.
@@ -47,15 +44,16 @@ func (c *publisherConfig) validate() error {
 	if len(c.errs) > 0 {
 		return c.errs[0]
 	}
+	s := c.send
 	switch {
-	case c.retries < 0 || c.retries > maxPublishRetries:
-		return optionError("WithPublishRetries", c.retries, fmt.Sprintf("must be between 0 and %d", maxPublishRetries))
-	case c.backoffMin < minPublishBackoff || c.backoffMin > maxPublishBackoffMin ||
-		c.backoffMax < c.backoffMin || c.backoffMax > maxPublishBackoffMax:
-		return optionError("WithPublishBackoff", fmt.Sprintf("%v, %v", c.backoffMin, c.backoffMax),
+	case s.Retries < 0 || s.Retries > maxPublishRetries:
+		return optionError("WithPublishRetries", s.Retries, fmt.Sprintf("must be between 0 and %d", maxPublishRetries))
+	case s.BackoffMin < minPublishBackoff || s.BackoffMin > maxPublishBackoffMin ||
+		s.BackoffMax < s.BackoffMin || s.BackoffMax > maxPublishBackoffMax:
+		return optionError("WithPublishBackoff", fmt.Sprintf("%v, %v", s.BackoffMin, s.BackoffMax),
 			fmt.Sprintf("first must be between %v and %v, limit between first and %v", minPublishBackoff, maxPublishBackoffMin, maxPublishBackoffMax))
-	case c.timeout < minPublishTimeout || c.timeout > maxPublishTimeout:
-		return optionError("WithPublishTimeout", c.timeout, fmt.Sprintf("must be between %v and %v", minPublishTimeout, maxPublishTimeout))
+	case s.Timeout < minPublishTimeout || s.Timeout > maxPublishTimeout:
+		return optionError("WithPublishTimeout", s.Timeout, fmt.Sprintf("must be between %v and %v", minPublishTimeout, maxPublishTimeout))
 	}
 	return nil
 }
@@ -66,7 +64,7 @@ func (c *publisherConfig) validate() error {
 // shard's turn fails once its shard has written nothing for this long. Throttling is never a
 // reason to fail earlier. Range 10ms to 1h.
 func WithPublishTimeout(d time.Duration) PublisherOption {
-	return func(c *publisherConfig) { c.timeout = d }
+	return func(c *publisherConfig) { c.send.Timeout = d }
 }
 
 // WithPublishRetries sets how many times PublishBatch resends a record after refusals other
@@ -74,7 +72,9 @@ func WithPublishTimeout(d time.Duration) PublisherOption {
 // (InternalFailure), or that a call carried whose answer was lost (a broken connection, a 5xx
 // answer). 0 fails such a record at its first refusal. Range 0 to 100. Throttling is not
 // counted: a throttled record is resent until WithPublishTimeout runs out.
-func WithPublishRetries(n int) PublisherOption { return func(c *publisherConfig) { c.retries = n } }
+func WithPublishRetries(n int) PublisherOption {
+	return func(c *publisherConfig) { c.send.Retries = n }
+}
 
 // WithPublishBackoff sets how long a shard waits after refusals in a row (with no record
 // written in between) before PublishBatch sends to it again, overriding the defaults 100ms and
@@ -84,7 +84,7 @@ func WithPublishRetries(n int) PublisherOption { return func(c *publisherConfig)
 // refused records again. Only the refused shard waits. first ranges from 1ms to 1m, limit from
 // first to 5m.
 func WithPublishBackoff(first, limit time.Duration) PublisherOption {
-	return func(c *publisherConfig) { c.backoffMin, c.backoffMax = first, limit }
+	return func(c *publisherConfig) { c.send.BackoffMin, c.send.BackoffMax = first, limit }
 }
 
 // WithPublishAggregation makes PublishBatch pack user records bound for one shard into Kinesis
@@ -95,7 +95,7 @@ func WithPublishBackoff(first, limit time.Duration) PublisherOption {
 // deaggregation libraries do; a reader that does not sees one record of KPL protobuf per
 // aggregate (see docs/publishing.md). Publish, which writes one record, never aggregates.
 func WithPublishAggregation(enabled bool) PublisherOption {
-	return func(c *publisherConfig) { c.aggregate = enabled }
+	return func(c *publisherConfig) { c.send.Aggregate = enabled }
 }
 
 // WithPublishMeterProvider sets where the publisher's OpenTelemetry metrics go (listed in
@@ -130,15 +130,4 @@ func WithPublishTracerProvider(tp trace.TracerProvider) PublisherOption {
 		}
 		c.tracerProvider = tp
 	}
-}
-
-// backoff returns the wait after refusal number retry+1 in a row: random between min and
-// min×2^retry, capped at max.
-func (c *publisherConfig) backoff(retry int) time.Duration {
-	ceil := c.backoffMin
-	for i := 0; i < retry && ceil < c.backoffMax; i++ {
-		ceil *= 2
-	}
-	ceil = min(ceil, c.backoffMax)
-	return c.backoffMin + rand.N(ceil-c.backoffMin+1)
 }

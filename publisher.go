@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gostream/kinesub/internal/envelope"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
@@ -15,16 +13,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
-	"github.com/gostream/kinesub/internal/kpl"
+	"github.com/gostream/kinesub/internal/publish"
 )
 
-// Limits the service puts on what one PutRecord or PutRecords call carries.
-const (
-	maxPartitionKey = 256     // UTF-16 code units, as the service (and the Java KPL) counts them
-	maxRecordBytes  = 1 << 20 // data plus partition key
-	maxBatchRecords = 500
-	maxBatchBytes   = 5 << 20 // data plus partition keys, over the whole call
-)
+// maxRecordBytes is the largest record the service stores: data plus partition key.
+const maxRecordBytes = publish.MaxRecordBytes
 
 // Publisher writes records to one stream, adding the header envelope to records that carry
 // headers so that kinesub subscribers (and the Rust implementation) read them back. It paces
@@ -35,11 +28,10 @@ type Publisher struct {
 	client  kinesisiface.Kinesis
 	stream  string // the stream's name, also when given its ARN
 	ref     streamRef
-	cfg     publisherConfig
 	metrics *publisherMetrics
-	resent  metric.Int64Counter // records sent again after their call's answer was lost
-	shards  *shardTracker
-	tracer  *tracer // nil unless WithPublishTracerProvider (tracing.go)
+	shards  *publish.Tracker // the stream's shards and their pacers, which Publish charges too
+	w       *publish.Writer  // sends PublishBatch's records
+	tracer  *tracer          // nil unless WithPublishTracerProvider (tracing.go)
 }
 
 // Record is one record for PublishBatch. Headers may be nil.
@@ -93,8 +85,13 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 		return nil, fmt.Errorf("kinesub: metrics: %w", err)
 	}
 	client = meteredKinesis{k: client, r: m.req}
-	return &Publisher{client: client, stream: ref.name, ref: ref, cfg: cfg, metrics: m, resent: resent,
-		shards: newShardTracker(client, ref), tracer: newTracer(cfg.tracerProvider, ref.name)}, nil
+	dest := publish.Stream{Name: ref.name, ARN: ref.arn}
+	p := &Publisher{client: client, stream: ref.name, ref: ref, metrics: m,
+		shards: publish.NewTracker(client, dest), tracer: newTracer(cfg.tracerProvider, ref.name)}
+	p.w = &publish.Writer{Client: client, Stream: dest, Config: cfg.send, Shards: p.shards,
+		Resent:    func(ctx context.Context, n int) { resent.Add(ctx, int64(n), m.attrs) },
+		CallError: func(op string, err error) error { return callError(op, ref.name, err) }}
+	return p, nil
 }
 
 // Publish writes one record with PutRecord and returns its sequence number. headers may be nil;
@@ -114,11 +111,11 @@ func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byt
 		ctx, span, headers = p.tracer.startPublish(ctx, headers)
 		defer func() { endPublish(span, sequence, err) }()
 	}
-	enc, hash, err := prepareRecord(partitionKey, "", data, headers)
+	enc, hash, err := publish.Prepare(partitionKey, "", data, headers)
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidRecord, err)
 	}
-	predicted := p.shards.charge(hash, len(enc)+len(partitionKey))
+	predicted := p.shards.Charge(hash, len(enc)+len(partitionKey))
 	out, err := p.client.PutRecord(ctx, &kinesis.PutRecordInput{
 		StreamName: p.ref.streamName(), StreamARN: p.ref.streamARN(), PartitionKey: aws.String(partitionKey), Data: enc,
 	})
@@ -127,7 +124,7 @@ func (p *Publisher) Publish(ctx context.Context, partitionKey string, data []byt
 		return "", callError("PutRecord", p.stream, err)
 	}
 	if predicted != "" {
-		p.shards.wrote(predicted, aws.ToString(out.ShardId))
+		p.shards.Wrote(predicted, aws.ToString(out.ShardId))
 	}
 	p.metrics.published(ctx, 1, 0)
 	return aws.ToString(out.SequenceNumber), nil
@@ -177,62 +174,20 @@ func (p *Publisher) PublishBatch(ctx context.Context, records []Record) (err err
 		ctx, span, tc = p.tracer.startSend(ctx, len(records))
 		defer func() { endSpan(span, err) }()
 	}
-	recs := make([]pubRecord, len(records))
+	recs := make([]publish.Record, len(records))
 	for i, r := range records {
-		enc, hash, err := prepareRecord(r.PartitionKey, r.ExplicitHashKey, r.Data, tc.add(r.Headers))
+		enc, hash, err := publish.Prepare(r.PartitionKey, r.ExplicitHashKey, r.Data, tc.add(r.Headers))
 		if err != nil {
 			return fmt.Errorf("%w: record %d: %w", ErrInvalidRecord, i, err)
 		}
-		recs[i] = pubRecord{key: r.PartitionKey, ehk: r.ExplicitHashKey, data: enc, hash: hash, size: len(enc) + len(r.PartitionKey)}
+		recs[i] = publish.NewRecord(r.PartitionKey, r.ExplicitHashKey, enc, hash)
 	}
-	return p.publishBatch(ctx, recs)
-}
-
-// prepareRecord checks a record against the service's limits and returns its data with the
-// header envelope, and its hash key.
-func prepareRecord(partitionKey, explicitHashKey string, data []byte, headers map[string]string) ([]byte, kpl.HashKey, error) {
-	if err := checkPartitionKey(partitionKey); err != nil {
-		return nil, kpl.HashKey{}, err
+	out := p.w.Batch(ctx, recs)
+	p.metrics.published(ctx, out.Written, len(recs)-out.Written)
+	if out.Written == len(recs) {
+		return nil
 	}
-	hash := kpl.PartitionHash(partitionKey)
-	if explicitHashKey != "" {
-		var ok bool
-		if hash, ok = kpl.ParseHashKey(explicitHashKey); !ok {
-			return nil, kpl.HashKey{}, fmt.Errorf("explicit hash key %q: must be a decimal number from 0 to 2^128-1 without leading zeros", explicitHashKey)
-		}
-	}
-	enc, err := envelope.Encode(headers, data)
-	if err != nil {
-		return nil, kpl.HashKey{}, err
-	}
-	if enc == nil {
-		// The service takes a record of no data; the SDK refuses a nil blob as missing.
-		enc = []byte{}
-	}
-	if n := len(enc) + len(partitionKey); n > maxRecordBytes {
-		return nil, kpl.HashKey{}, fmt.Errorf("%d bytes of data, headers and partition key: must be at most %d (1 MiB)", n, maxRecordBytes)
-	}
-	return enc, hash, nil
-}
-
-// checkPartitionKey holds a partition key to the service's rule: valid UTF-8, 1 to 256 UTF-16
-// code units (so a character outside the Basic Multilingual Plane, such as an emoji, counts
-// twice), as the service, the Java KPL and kinesalite count them.
-func checkPartitionKey(key string) error {
-	if !utf8.ValidString(key) {
-		return fmt.Errorf("partition key %q is not valid UTF-8", key)
-	}
-	n := 0
-	for _, r := range key {
-		n++
-		if r > 0xFFFF {
-			n++ // a surrogate pair
-		}
-	}
-	if n < 1 || n > maxPartitionKey {
-		return fmt.Errorf("partition key of %d UTF-16 code units (%d characters): must be 1 to %d", n, utf8.RuneCountInString(key), maxPartitionKey)
-	}
-	return nil
+	return newPublishError(p.stream, recs, out)
 }
 
 // callError wraps the failure of a whole call, classifying a missing stream.
@@ -285,10 +240,10 @@ func (e *PublishError) Error() string {
 func (e *PublishError) Unwrap() error { return e.Err }
 
 // newPublishError lists the records of recs not written.
-func newPublishError(stream string, recs []pubRecord, code, msg, reason string, err error) *PublishError {
-	e := &PublishError{Stream: stream, ErrorCode: code, ErrorMessage: msg, Err: err, total: len(recs), reason: reason}
+func newPublishError(stream string, recs []publish.Record, out publish.Outcome) *PublishError {
+	e := &PublishError{Stream: stream, ErrorCode: out.Code, ErrorMessage: out.Message, Err: out.Err, total: len(recs), reason: out.Reason}
 	for i := range recs {
-		if recs[i].state != recWritten {
+		if !recs[i].Written() {
 			e.Failed = append(e.Failed, i)
 		}
 	}

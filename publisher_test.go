@@ -26,6 +26,7 @@ import (
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
 	"github.com/gostream/kinesub/internal/kpl"
+	"github.com/gostream/kinesub/internal/publish"
 	"github.com/gostream/kinesub/internal/testenv"
 )
 
@@ -84,14 +85,14 @@ func (f *fakeKinesis) PutRecords(ctx context.Context, in *kinesis.PutRecordsInpu
 	if aws.ToString(in.StreamName) != "s" {
 		return nil, fmt.Errorf("fake: stream %q", aws.ToString(in.StreamName))
 	}
-	if len(in.Records) > maxBatchRecords {
+	if len(in.Records) > publish.MaxBatchRecords {
 		return nil, fmt.Errorf("fake: %d records in one call", len(in.Records))
 	}
 	size := 0
 	for i := range in.Records {
 		size += entrySize(&in.Records[i])
 	}
-	if size > maxBatchBytes {
+	if size > publish.MaxBatchBytes {
 		return nil, fmt.Errorf("fake: %d bytes in one call", size)
 	}
 	f.mu.Lock()
@@ -242,7 +243,7 @@ func TestNewPublisherValidates(t *testing.T) {
 func emoji(n int) string { return strings.Repeat("😀", n) }
 
 func TestPublishRejectsInvalidRecords(t *testing.T) {
-	maxData := bytes.Repeat([]byte("x"), maxRecordBytes-1)
+	maxData := bytes.Repeat([]byte("x"), publish.MaxRecordBytes-1)
 	for _, tc := range []struct {
 		name string
 		rec  Record
@@ -317,7 +318,7 @@ func TestPublishLimitsAreInclusive(t *testing.T) {
 	}}
 	p := newFakePublisher(t, f)
 	recs := []Record{
-		{PartitionKey: "k", Data: bytes.Repeat([]byte("x"), maxRecordBytes-1)},
+		{PartitionKey: "k", Data: bytes.Repeat([]byte("x"), publish.MaxRecordBytes-1)},
 		{PartitionKey: strings.Repeat("é", 256), Data: []byte("p")}, // 256 characters, 512 bytes
 		{PartitionKey: emoji(128), Data: []byte("p")},               // 256 UTF-16 code units, 512 bytes
 		{PartitionKey: strings.Repeat("k", 254) + emoji(1), Data: []byte("p")},
@@ -421,9 +422,9 @@ func TestPublishBatchChunks(t *testing.T) {
 		{"one", distinct(1), []int{1}},
 		{"exactly 500", distinct(500), []int{500}},
 		{"1200 by count", distinct(1200), []int{500, 500, 200}},
-		{"exactly 5 MiB per call", big(11, maxRecordBytes-1), []int{5, 5, 1}},
+		{"exactly 5 MiB per call", big(11, publish.MaxRecordBytes-1), []int{5, 5, 1}},
 		{"by size", big(12, 1_000_000), []int{5, 5, 2}},
-		{"one byte over 5 MiB", append(big(5, maxRecordBytes-1), Record{PartitionKey: "z", Data: []byte("5")}), []int{5, 1}},
+		{"one byte over 5 MiB", append(big(5, publish.MaxRecordBytes-1), Record{PartitionKey: "z", Data: []byte("5")}), []int{5, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// Without a shard map nothing is paced, so the calls are as full as the service
@@ -486,7 +487,7 @@ func TestPublishBatchPacesEachShard(t *testing.T) {
 			}
 			// A second's worth at once, less the head start a new pacer keeps in hand, then
 			// 1,000 a second, in groups of 500.
-			h := pacerHeadStart
+			h := publish.PacerHeadStart
 			for i, want := range map[int]time.Duration{0: 0, 499: 0, 500: h, 999: h,
 				1000: h + 500*time.Millisecond, 1499: h + 500*time.Millisecond, 1500: h + time.Second, 2999: h + 2*time.Second} {
 				if got := w.at[strconv.Itoa(i)].Sub(start); got != want {
@@ -512,7 +513,7 @@ func TestPublishBatchPacesEachShard(t *testing.T) {
 			for i := range recs {
 				_, payload := envelope.Decode(recs[i].Data)
 				got := w.at[string(payload)].Sub(start).Seconds()
-				if want := max(0, float64(600_006*(i+1))/shardBytesPerSecond-1+pacerHeadStart.Seconds()); got < want-0.001 || got > want+0.001 {
+				if want := max(0, float64(600_006*(i+1))/publish.ShardBytesPerSecond-1+publish.PacerHeadStart.Seconds()); got < want-0.001 || got > want+0.001 {
 					t.Errorf("record %d written after %.3fs, want %.3fs", i, got, want)
 				}
 			}
@@ -550,7 +551,7 @@ func TestPublishBatchWaitsForTheFirstListing(t *testing.T) {
 				atOnce++
 			}
 		}
-		if want := shardRecordsPerSecond - int(shardRecordsPerSecond*pacerHeadStart/time.Second); atOnce > want {
+		if want := publish.ShardRecordsPerSecond - int(publish.ShardRecordsPerSecond*publish.PacerHeadStart/time.Second); atOnce > want {
 			t.Errorf("%d records written at once, want at most %d", atOnce, want)
 		}
 	})
@@ -606,7 +607,7 @@ func TestPublishBatchShardsDoNotWaitForEachOther(t *testing.T) {
 		}
 		// 2,000 records for the first shard: a second's worth at once less the head start,
 		// the rest at 1,000 a second.
-		if got, want := w.at["3998"].Sub(start), time.Second+pacerHeadStart; got != want {
+		if got, want := w.at["3998"].Sub(start), time.Second+publish.PacerHeadStart; got != want {
 			t.Errorf("the first shard's last record written after %v, want %v", got, want)
 		}
 	})
@@ -749,7 +750,7 @@ func TestPublishBatchAggregatedKeepsKeyOrder(t *testing.T) {
 			s.stored[k] = ps
 		}
 		checkKeyOrder(t, s.stored, n, keys)
-		if f := p.shards.mispredicted.Load(); f != 0 {
+		if f := p.shards.Mispredicted(); f != 0 {
 			t.Errorf("%d records mispredicted", f)
 		}
 	})
@@ -996,28 +997,6 @@ func TestPublishBatchWritesTwiceOnlyWhenAnswerLost(t *testing.T) {
 			t.Errorf("%d records stored twice, %v counted as resent after a lost answer", twice, resent)
 		}
 	})
-}
-
-func TestPublishBackoff(t *testing.T) {
-	c := publisherConfig{backoffMin: 10 * time.Millisecond, backoffMax: 100 * time.Millisecond}
-	for retry, ceil := range []time.Duration{10, 20, 40, 80, 100, 100} {
-		ceil *= time.Millisecond
-		lo, hi := time.Duration(1<<62), time.Duration(0)
-		for range 2000 {
-			d := c.backoff(retry)
-			lo, hi = min(lo, d), max(hi, d)
-		}
-		if lo < c.backoffMin || hi > ceil {
-			t.Errorf("backoff(%d) in [%v, %v], want within [%v, %v]", retry, lo, hi, c.backoffMin, ceil)
-		}
-		if retry > 0 && hi-lo < (ceil-c.backoffMin)/2 {
-			t.Errorf("backoff(%d) in [%v, %v]: too little jitter for [%v, %v]", retry, lo, hi, c.backoffMin, ceil)
-		}
-	}
-	big := publisherConfig{backoffMin: time.Minute, backoffMax: 5 * time.Minute}
-	if d := big.backoff(maxPublishRetries); d < time.Minute || d > 5*time.Minute {
-		t.Errorf("backoff(%d) = %v, want within [1m, 5m]", maxPublishRetries, d)
-	}
 }
 
 func TestPublisherConcurrentUse(t *testing.T) {

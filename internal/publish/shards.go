@@ -1,4 +1,4 @@
-package kinesub
+package publish
 
 import (
 	"context"
@@ -22,15 +22,15 @@ type shardSpan struct {
 	start, end kpl.HashKey
 }
 
-// shardMap is the stream's open shards as one listing showed them, sorted by range. It never
+// ShardMap is the stream's open shards as one listing showed them, sorted by range. It never
 // changes once built.
-type shardMap struct{ spans []shardSpan }
+type ShardMap struct{ spans []shardSpan }
 
 // newShardMap builds the map of the open shards (those without an ending sequence number) of a
 // listing. Ranges the listing writes in a form the service does not use are skipped: records
 // of keys they hold go to no predicted shard.
-func newShardMap(shards []types.Shard) *shardMap {
-	m := &shardMap{}
+func newShardMap(shards []types.Shard) *ShardMap {
+	m := &ShardMap{}
 	for _, s := range shards {
 		if s.SequenceNumberRange != nil && s.SequenceNumberRange.EndingSequenceNumber != nil || s.HashKeyRange == nil {
 			continue
@@ -45,9 +45,12 @@ func newShardMap(shards []types.Shard) *shardMap {
 	return m
 }
 
-// find returns the open shard whose range holds h, or "" when none does (a map listed in the
+// Len is the number of open shards in m.
+func (m *ShardMap) Len() int { return len(m.spans) }
+
+// Find returns the open shard whose range holds h, or "" when none does (a map listed in the
 // middle of a reshard may have a gap).
-func (m *shardMap) find(h kpl.HashKey) string {
+func (m *ShardMap) Find(h kpl.HashKey) string {
 	i, found := slices.BinarySearchFunc(m.spans, h, func(s shardSpan, h kpl.HashKey) int { return s.start.Cmp(h) })
 	if !found {
 		i-- // the last span starting below h
@@ -65,16 +68,16 @@ const (
 	shardListRetry      = 30 * time.Second
 )
 
-// shardTracker holds a publisher's view of the stream's shards and one pacer per shard. It is
+// Tracker holds a publisher's view of the stream's shards and one pacer per shard. It is
 // shared by every call of the publisher and safe for concurrent use.
-type shardTracker struct {
+type Tracker struct {
 	client kinesisiface.Kinesis
-	ref    streamRef
+	stream Stream
 
-	mispredicted atomic.Int64 // records written to another shard than predicted
+	mispredicted atomic.Int64 // records written to another shard than predicted (Mispredicted)
 
 	mu       sync.Mutex
-	m        *shardMap // nil until a listing worked
+	m        *ShardMap // nil until a listing worked
 	pacers   map[string]*shardPacer
 	unknown  *shardPacer // records of no known shard: unpaced
 	stale    bool        // a write showed the map out of date
@@ -83,15 +86,15 @@ type shardTracker struct {
 	listing  chan struct{}
 }
 
-func newShardTracker(client kinesisiface.Kinesis, ref streamRef) *shardTracker {
-	return &shardTracker{client: client, ref: ref, pacers: map[string]*shardPacer{}, unknown: newUnlimitedPacer()}
+func NewTracker(client kinesisiface.Kinesis, stream Stream) *Tracker {
+	return &Tracker{client: client, stream: stream, pacers: map[string]*shardPacer{}, unknown: newUnlimitedPacer()}
 }
 
-// current returns the map to route by, listing the shards first when none is known yet or the
+// Current returns the map to route by, listing the shards first when none is known yet or the
 // known one went stale (at most once a second; after a failed listing, every 30 seconds). A
 // listing that fails leaves the previous map in use, or none: records then go unpaced. Only a
-// missing stream is an error, wrapping ErrStreamNotFound.
-func (t *shardTracker) current(ctx context.Context) (*shardMap, error) {
+// missing stream is an error: ListShards' ResourceNotFoundException.
+func (t *Tracker) Current(ctx context.Context) (*ShardMap, error) {
 	for {
 		t.mu.Lock()
 		if t.listing != nil && t.m == nil {
@@ -134,7 +137,7 @@ func (t *shardTracker) current(ctx context.Context) (*shardMap, error) {
 		m := t.m
 		t.mu.Unlock()
 		if rnf := (*types.ResourceNotFoundException)(nil); errors.As(err, &rnf) {
-			return m, callError("ListShards", t.ref.name, err)
+			return m, err
 		}
 		return m, nil
 	}
@@ -142,7 +145,7 @@ func (t *shardTracker) current(ctx context.Context) (*shardMap, error) {
 
 // install makes m the current map, with a pacer for each of its shards (kept for shards that
 // stay open); the caller holds t.mu.
-func (t *shardTracker) install(m *shardMap) {
+func (t *Tracker) install(m *ShardMap) {
 	pacers := make(map[string]*shardPacer, len(m.spans))
 	for _, s := range m.spans {
 		if p := t.pacers[s.id]; p != nil {
@@ -154,8 +157,8 @@ func (t *shardTracker) install(m *shardMap) {
 	t.m, t.pacers, t.stale, t.failed = m, pacers, false, false
 }
 
-func (t *shardTracker) list(ctx context.Context) ([]types.Shard, error) {
-	in := &kinesis.ListShardsInput{StreamName: t.ref.streamName(), StreamARN: t.ref.streamARN()}
+func (t *Tracker) list(ctx context.Context) ([]types.Shard, error) {
+	in := &kinesis.ListShardsInput{StreamName: t.stream.nameParam(), StreamARN: t.stream.arnParam()}
 	var all []types.Shard
 	for {
 		out, err := t.client.ListShards(ctx, in)
@@ -171,7 +174,7 @@ func (t *shardTracker) list(ctx context.Context) ([]types.Shard, error) {
 }
 
 // pacer returns the pacer of shard id, or the unpaced one for records of no known shard.
-func (t *shardTracker) pacer(id string) *shardPacer {
+func (t *Tracker) pacer(id string) *shardPacer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p := t.pacers[id]; p != nil {
@@ -180,9 +183,9 @@ func (t *shardTracker) pacer(id string) *shardPacer {
 	return t.unknown
 }
 
-// wrote notes where the service wrote a record predicted for shard predicted: another shard
-// means the map is out of date (the stream was resharded), and the next current lists again.
-func (t *shardTracker) wrote(predicted, actual string) {
+// Wrote notes where the service wrote a record predicted for shard predicted: another shard
+// means the map is out of date (the stream was resharded), and the next Current lists again.
+func (t *Tracker) Wrote(predicted, actual string) {
 	if predicted == actual || actual == "" {
 		return
 	}
@@ -195,18 +198,21 @@ func (t *shardTracker) wrote(predicted, actual string) {
 	t.stale = true
 }
 
-// charge counts a record that Publish sends at once in the pacing of its shard, and returns
+// Charge counts a record that Publish sends at once in the pacing of its shard, and returns
 // the shard predicted, or "" when the shards are not known.
-func (t *shardTracker) charge(h kpl.HashKey, size int) string {
+func (t *Tracker) Charge(h kpl.HashKey, size int) string {
 	t.mu.Lock()
 	m := t.m
 	t.mu.Unlock()
 	if m == nil {
 		return ""
 	}
-	id := m.find(h)
+	id := m.Find(h)
 	if id != "" {
 		t.pacer(id).reserve(time.Now(), 1, size) // booked, not waited for
 	}
 	return id
 }
+
+// Mispredicted is how many records were written to another shard than predicted.
+func (t *Tracker) Mispredicted() int64 { return t.mispredicted.Load() }

@@ -1,4 +1,4 @@
-package kinesub
+package publish
 
 import (
 	"context"
@@ -14,26 +14,50 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/gostream/kinesub/internal/kinesisiface"
 )
 
 // maxCallsPerBatch bounds the PutRecords calls one PublishBatch call has in flight.
 const maxCallsPerBatch = 8
+
+// Writer sends the batches of one publisher: what every PublishBatch call of it shares.
+type Writer struct {
+	Client kinesisiface.Kinesis
+	Stream Stream
+	Config Config
+	Shards *Tracker
+	// Resent counts records sent again after the answer to a call that carried them was lost.
+	Resent func(ctx context.Context, n int)
+	// CallError wraps the failure of a whole call (op is PutRecords or ListShards), so that
+	// the caller classifies a missing stream as it does elsewhere.
+	CallError func(op string, err error) error
+}
+
+// Outcome is how a batch ended. The records not written are those whose Written is false.
+type Outcome struct {
+	Written int
+	// Code and Message are the last per-record refusal seen, empty when none was refused.
+	Code, Message string
+	Reason        string // why records failed on their own, when Err is nil
+	Err           error  // what stopped the batch: a call refused outright, or ctx's error
+}
 
 // batch is the state of one PublishBatch call. Only the calling goroutine changes it; the
 // goroutines that make its PutRecords calls read only what never changes of the records they
 // carry, hand their answers back over results, and the call waits for every one of them before
 // it returns.
 type batch struct {
-	p     *Publisher
-	cfg   *publisherConfig
-	recs  []pubRecord
+	w     *Writer
+	cfg   *Config
+	recs  []Record
 	keys  []*pubKeyQueue // in the order of their first record
 	left  int            // records neither written nor failed
 	start time.Time
 	plan  *aggPlan // with WithPublishAggregation
 	runs  []keyRun // backs the runs of units of one record (oneRun)
 
-	m      *shardMap // the map the ready keys are queued by
+	m      *ShardMap // the map the ready keys are queued by
 	routed bool
 	queues map[string]*shardQueue
 	qlist  []*shardQueue // the queues in the order they were made
@@ -54,10 +78,12 @@ type callResult struct {
 	err   error
 }
 
-func (p *Publisher) publishBatch(ctx context.Context, recs []pubRecord) error {
-	b := &batch{p: p, cfg: &p.cfg, recs: recs, left: len(recs), start: time.Now(),
+// Batch writes recs, one PublishBatch call's records, and returns when each is written or failed,
+// marking each; every goroutine it starts has ended by then.
+func (w *Writer) Batch(ctx context.Context, recs []Record) Outcome {
+	b := &batch{w: w, cfg: &w.Config, recs: recs, left: len(recs), start: time.Now(),
 		queues: map[string]*shardQueue{}, results: make(chan callResult, maxCallsPerBatch)}
-	if p.cfg.aggregate {
+	if w.Config.Aggregate {
 		b.plan = newAggPlan()
 	}
 	// One queue per partition key, in the order of their first record, their records' indexes
@@ -96,11 +122,7 @@ func (p *Publisher) publishBatch(ctx context.Context, recs []pubRecord) error {
 			written++
 		}
 	}
-	p.metrics.published(ctx, written, len(recs)-written)
-	if written == len(recs) {
-		return nil
-	}
-	return newPublishError(p.stream, recs, b.code, b.msg, b.reason, b.err)
+	return Outcome{Written: written, Code: b.code, Message: b.msg, Reason: b.reason, Err: b.err}
 }
 
 func (b *batch) run(ctx context.Context) {
@@ -160,9 +182,9 @@ func (b *batch) run(ctx context.Context) {
 // route queues the ready keys by the current shard map, listing the shards when none is known
 // or the stream was resharded.
 func (b *batch) route(ctx context.Context) error {
-	m, err := b.p.shards.current(ctx)
+	m, err := b.w.Shards.Current(ctx)
 	if err != nil {
-		return err
+		return b.w.CallError("ListShards", err)
 	}
 	if b.routed && m == b.m {
 		return nil
@@ -183,11 +205,11 @@ func (b *batch) route(ctx context.Context) error {
 func (b *batch) enqueue(k *pubKeyQueue, front bool) {
 	id := ""
 	if b.m != nil {
-		id = b.m.find(b.recs[k.recs[0]].hash)
+		id = b.m.Find(b.recs[k.recs[0]].hash)
 	}
 	sq := b.queues[id]
 	if sq == nil {
-		sq = &shardQueue{id: id, pacer: b.p.shards.pacer(id)}
+		sq = &shardQueue{id: id, pacer: b.w.Shards.pacer(id)}
 		b.queues[id] = sq
 		b.qlist = append(b.qlist, sq)
 	}
@@ -216,7 +238,7 @@ func (b *batch) dispatch(ctx context.Context, now time.Time) {
 	}
 	for len(b.outbox) > 0 && b.calls < maxCallsPerBatch {
 		n, size := 0, 0
-		for n < len(b.outbox) && n < maxBatchRecords && size+b.outbox[n].size <= maxBatchBytes {
+		for n < len(b.outbox) && n < MaxBatchRecords && size+b.outbox[n].size <= MaxBatchBytes {
 			size += b.outbox[n].size
 			n++
 		}
@@ -230,7 +252,7 @@ func (b *batch) dispatch(ctx context.Context, now time.Time) {
 // aggregates first; the call is bounded by the time budget.
 func (b *batch) send(ctx context.Context, units []unit, now time.Time) {
 	entries := make([]types.PutRecordsRequestEntry, len(units))
-	aggregates := map[int][]*pubRecord{}
+	aggregates := map[int][]*Record{}
 	resent := 0
 	for i := range units {
 		u := &units[i]
@@ -253,18 +275,18 @@ func (b *batch) send(ctx context.Context, units []unit, now time.Time) {
 		}
 	}
 	if resent > 0 {
-		b.p.resent.Add(ctx, int64(resent), b.p.metrics.attrs)
+		b.w.Resent(ctx, resent)
 	}
-	in := &kinesis.PutRecordsInput{StreamName: b.p.ref.streamName(), StreamARN: b.p.ref.streamARN(), Records: entries}
+	in := &kinesis.PutRecordsInput{StreamName: b.w.Stream.nameParam(), StreamARN: b.w.Stream.arnParam(), Records: entries}
 	b.calls++
 	b.wg.Go(func() {
 		// What encodeAggregate reads of a record (its data, keys and hash) never changes.
 		for i, recs := range aggregates {
 			entries[i].Data = encodeAggregate(recs)
 		}
-		cctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.Timeout)
 		defer cancel()
-		out, err := b.p.client.PutRecords(cctx, in, noRetry)
+		out, err := b.w.Client.PutRecords(cctx, in, noRetry)
 		b.results <- callResult{units: units, out: out, err: err}
 	})
 }
@@ -337,7 +359,7 @@ func (b *batch) handle(ctx context.Context, r callResult, now time.Time) {
 			}
 		}
 		if kind == putRejected && b.err == nil {
-			b.err = callError("PutRecords", b.p.stream, r.err)
+			b.err = b.w.CallError("PutRecords", r.err)
 		}
 		return
 	}
@@ -358,7 +380,7 @@ func (b *batch) handle(ctx context.Context, r callResult, now time.Time) {
 
 // wrote takes a unit the service stored.
 func (b *batch) wrote(u unit, shard string, now time.Time) {
-	b.p.shards.wrote(u.sq.id, shard)
+	b.w.Shards.Wrote(u.sq.id, shard)
 	u.sq.pacer.wrote(now)
 	for _, run := range u.runs {
 		k := run.k
@@ -377,7 +399,7 @@ func (b *batch) wrote(u unit, shard string, now time.Time) {
 // each key's records go back to the front of their queue, unless they ran out of retries or
 // time: then the key fails.
 func (b *batch) refuse(u unit, now time.Time, throttled, lost bool) {
-	u.sq.pacer.refused(u.sent, throttled, b.cfg.backoff)
+	u.sq.pacer.refused(u.sent, throttled, b.cfg.Backoff)
 	for i := len(u.runs) - 1; i >= 0; i-- { // backwards, so the keys keep their turn at the front
 		k := u.runs[i].k
 		spent := false
@@ -386,14 +408,14 @@ func (b *batch) refuse(u unit, now time.Time, throttled, lost bool) {
 			r.uncertain = r.uncertain || lost
 			if !throttled {
 				r.refusals++
-				spent = spent || r.refusals > b.cfg.retries
+				spent = spent || r.refusals > b.cfg.Retries
 			}
 		}
 		k.busy = false
 		switch head := &b.recs[k.recs[0]]; {
 		case spent:
-			b.failKey(k, fmt.Sprintf("refused or unanswered %d times besides throttling (WithPublishRetries %d)", b.cfg.retries+1, b.cfg.retries))
-		case !now.Before(head.firstSent.Add(b.cfg.timeout)):
+			b.failKey(k, fmt.Sprintf("refused or unanswered %d times besides throttling (WithPublishRetries %d)", b.cfg.Retries+1, b.cfg.Retries))
+		case !now.Before(head.firstSent.Add(b.cfg.Timeout)):
 			b.failKey(k, b.timeoutReason())
 		default:
 			b.requeue(u.runs[i:i+1], true)
@@ -425,7 +447,7 @@ func (b *batch) failKey(k *pubKeyQueue, reason string) {
 }
 
 func (b *batch) timeoutReason() string {
-	return fmt.Sprintf("not written within the time budget (WithPublishTimeout %v)", b.cfg.timeout)
+	return fmt.Sprintf("not written within the time budget (WithPublishTimeout %v)", b.cfg.Timeout)
 }
 
 // since is when sq last made progress: its shard's last write, or the batch's start.
@@ -443,10 +465,10 @@ func (sq *shardQueue) waiting() bool { return sq.next != nil || sq.ready.first(s
 // it is not taking records, and they would only pile up.
 func (b *batch) stalled(now time.Time) {
 	for _, sq := range b.qlist {
-		if !sq.waiting() || now.Before(b.since(sq).Add(b.cfg.timeout)) {
+		if !sq.waiting() || now.Before(b.since(sq).Add(b.cfg.Timeout)) {
 			continue
 		}
-		reason := fmt.Sprintf("their shard wrote nothing for the time budget (WithPublishTimeout %v)", b.cfg.timeout)
+		reason := fmt.Sprintf("their shard wrote nothing for the time budget (WithPublishTimeout %v)", b.cfg.Timeout)
 		if g := sq.next; g != nil {
 			sq.pacer.cancel(g.res)
 			sq.next = nil
@@ -479,7 +501,7 @@ func (b *batch) nextWake(now time.Time) (wake time.Time, ok bool) {
 			consider(sq.next.dueAt(sq))
 		}
 		if sq.waiting() {
-			consider(b.since(sq).Add(b.cfg.timeout))
+			consider(b.since(sq).Add(b.cfg.Timeout))
 		}
 	}
 	if ok && wake.Before(now) {

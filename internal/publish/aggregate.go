@@ -1,10 +1,11 @@
-package kinesub
+package publish
 
 import (
 	"crypto/md5"
 	"encoding/binary"
-	"github.com/gostream/kinesub/internal/kpl"
 	"math/bits"
+
+	"github.com/gostream/kinesub/internal/kpl"
 )
 
 // KPL aggregation (WithPublishAggregation). An aggregated record is the magic bytes, an
@@ -46,7 +47,7 @@ func (a *aggPlan) size() int {
 }
 
 // grow is how much adding a user record would add to size.
-func (a *aggPlan) grow(r *pubRecord) int {
+func (a *aggPlan) grow(r *Record) int {
 	d := 0
 	ki, ok := a.keys[r.key]
 	if !ok {
@@ -66,7 +67,7 @@ func (a *aggPlan) grow(r *pubRecord) int {
 }
 
 // add counts a user record in.
-func (a *aggPlan) add(r *pubRecord) {
+func (a *aggPlan) add(r *Record) {
 	ki, ok := a.keys[r.key]
 	if !ok {
 		ki = uint64(len(a.keys))
@@ -88,7 +89,7 @@ func (a *aggPlan) add(r *pubRecord) {
 
 // recordLen is the length of a Record message of r with key index ki and, when r has an
 // explicit hash key, hash-key index ei.
-func recordLen(r *pubRecord, ki, ei uint64) int {
+func recordLen(r *Record, ki, ei uint64) int {
 	n := 1 + uvarintLen(ki) + fieldLen(len(r.data))
 	if r.ehk != "" {
 		n += 1 + uvarintLen(ei)
@@ -98,7 +99,7 @@ func recordLen(r *pubRecord, ki, ei uint64) int {
 
 // encodeAggregate writes the aggregated record of recs, in order: exactly the size a plan of
 // the same records counted.
-func encodeAggregate(recs []*pubRecord) []byte {
+func encodeAggregate(recs []*Record) []byte {
 	keys, ehks := map[string]uint64{}, map[string]uint64{}
 	var keyTable, ehkTable []byte
 	body := 0

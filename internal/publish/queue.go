@@ -1,4 +1,4 @@
-package kinesub
+package publish
 
 import (
 	"time"
@@ -23,8 +23,8 @@ const (
 	recFailed
 )
 
-// pubRecord is one record of a PublishBatch call, checked and encoded.
-type pubRecord struct {
+// Record is one record of a PublishBatch call, checked and encoded.
+type Record struct {
 	key, ehk  string
 	data      []byte // with its header envelope
 	hash      kpl.HashKey
@@ -34,6 +34,14 @@ type pubRecord struct {
 	refusals  int       // refusals other than throttling
 	uncertain bool      // a call that carried it lost its answer: it may be stored already
 }
+
+// NewRecord is a record of a PublishBatch call, its data checked and encoded by Prepare.
+func NewRecord(partitionKey, explicitHashKey string, data []byte, hash kpl.HashKey) Record {
+	return Record{key: partitionKey, ehk: explicitHashKey, data: data, hash: hash, size: len(data) + len(partitionKey)}
+}
+
+// Written reports whether the service stored r.
+func (r *Record) Written() bool { return r.state == recWritten }
 
 // pubKeyQueue is one partition key's records not yet written or failed, in order.
 type pubKeyQueue struct {
@@ -132,16 +140,16 @@ type keyRun struct {
 
 // Bounds of one group: a second's worth of a shard's byte limit, so that its booking fits the
 // pacer's bucket, and the records of one call.
-const groupBytes = shardBytesPerSecond
+const groupBytes = ShardBytesPerSecond
 
 // build books the next group of sq's ready records, or returns nil when it has none.
 func (b *batch) build(sq *shardQueue, now time.Time) *group {
 	g := &group{}
 	size := 0
-	for len(g.units) < maxBatchRecords {
+	for len(g.units) < MaxBatchRecords {
 		var u unit
 		var ok bool
-		if b.cfg.aggregate {
+		if b.cfg.Aggregate {
 			u, ok = b.aggregateUnit(sq, groupBytes-size, size == 0, now)
 		} else {
 			u, ok = b.plainUnit(sq, groupBytes-size, now)
@@ -167,7 +175,7 @@ func (b *batch) nextKey(sq *shardQueue, now time.Time) *pubKeyQueue {
 		if k == nil {
 			return nil
 		}
-		if head := &b.recs[k.recs[0]]; head.firstSent.IsZero() || now.Before(head.firstSent.Add(b.cfg.timeout)) {
+		if head := &b.recs[k.recs[0]]; head.firstSent.IsZero() || now.Before(head.firstSent.Add(b.cfg.Timeout)) {
 			return k
 		}
 		sq.ready.drop()
@@ -208,7 +216,7 @@ func (b *batch) oneRun(run keyRun) []keyRun {
 	return b.runs[len(b.runs)-1 : len(b.runs) : len(b.runs)]
 }
 
-func (r *pubRecord) entry() types.PutRecordsRequestEntry {
+func (r *Record) entry() types.PutRecordsRequestEntry {
 	e := types.PutRecordsRequestEntry{Data: r.data, PartitionKey: aws.String(r.key)}
 	if r.ehk != "" {
 		e.ExplicitHashKey = aws.String(r.ehk)
@@ -231,9 +239,9 @@ const aggregateTarget = 256 << 10
 func (b *batch) aggregateUnit(sq *shardQueue, room int, empty bool, now time.Time) (unit, bool) {
 	a := b.plan
 	a.reset()
-	limit := min(room, maxRecordBytes)
+	limit := min(room, MaxRecordBytes)
 	var runs []keyRun
-	var first *pubRecord
+	var first *Record
 	for {
 		k := b.nextKey(sq, now)
 		if k == nil {
@@ -245,7 +253,7 @@ func (b *batch) aggregateUnit(sq *shardQueue, room int, empty bool, now time.Tim
 			// A record of the key that its explicit hash key places in another shard ends the
 			// run: a reader drops a user record stored outside its shard's range, as the KCL
 			// does. The key's next records wait for this run, then queue for their shard.
-			if n > 0 && b.m != nil && b.m.find(r.hash) != sq.id {
+			if n > 0 && b.m != nil && b.m.Find(r.hash) != sq.id {
 				elsewhere = true
 				break
 			}

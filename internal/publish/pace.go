@@ -1,4 +1,4 @@
-package kinesub
+package publish
 
 import (
 	"sync"
@@ -9,8 +9,8 @@ import (
 
 // Write limits of one shard, which the service enforces per second.
 const (
-	shardRecordsPerSecond = 1000
-	shardBytesPerSecond   = 1 << 20 // data plus partition keys
+	ShardRecordsPerSecond = 1000
+	ShardBytesPerSecond   = 1 << 20 // data plus partition keys
 )
 
 // shardPacer paces the writes to one shard, for every call of a publisher: token buckets like
@@ -29,23 +29,23 @@ type shardPacer struct {
 	last        time.Time // the latest time the limiters were read at
 }
 
-// pacerHeadStart is how much of a new pacer's first second is booked before it is used. The
+// PacerHeadStart is how much of a new pacer's first second is booked before it is used. The
 // first calls of a burst travel slower than the next ones (a new connection's TLS handshake,
 // the encoding of the burst's first megabytes), and a shard's bucket that was full does not
 // fill further meanwhile: the service counts its second from when the first call arrives,
 // the pacer from when it let it go, and without a head start the service would refuse what
 // the pacer lets through a little later. A refusal costs more than the head start: the
 // records refused are booked again.
-const pacerHeadStart = 250 * time.Millisecond
+const PacerHeadStart = 250 * time.Millisecond
 
 func newShardPacer() *shardPacer {
 	p := &shardPacer{
-		records: rate.NewLimiter(shardRecordsPerSecond, shardRecordsPerSecond),
-		bytes:   rate.NewLimiter(shardBytesPerSecond, shardBytesPerSecond),
+		records: rate.NewLimiter(ShardRecordsPerSecond, ShardRecordsPerSecond),
+		bytes:   rate.NewLimiter(ShardBytesPerSecond, ShardBytesPerSecond),
 	}
 	p.last = time.Now()
-	p.records.ReserveN(p.last, int(shardRecordsPerSecond*pacerHeadStart/time.Second))
-	p.bytes.ReserveN(p.last, int(shardBytesPerSecond*pacerHeadStart/time.Second))
+	p.records.ReserveN(p.last, int(ShardRecordsPerSecond*PacerHeadStart/time.Second))
+	p.bytes.ReserveN(p.last, int(ShardBytesPerSecond*PacerHeadStart/time.Second))
 	return p
 }
 

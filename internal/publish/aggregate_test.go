@@ -1,15 +1,16 @@
-package kinesub
+package publish
 
 import (
 	"bytes"
-	"github.com/gostream/kinesub/internal/envelope"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/gostream/kinesub/internal/kpl"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gostream/kinesub/internal/envelope"
+	"github.com/gostream/kinesub/internal/kpl"
 )
 
 // TestAggregatePlanMatchesEncoding: the size a plan counts is exactly what the encoded aggregate
@@ -21,13 +22,13 @@ func TestAggregatePlanMatchesEncoding(t *testing.T) {
 	plan := newAggPlan()
 	for round := range 200 {
 		plan.reset()
-		var recs []*pubRecord
+		var recs []*Record
 		for range 1 + rng.IntN(300) {
 			key := "k" + strconv.Itoa(rng.IntN(20))
 			if rng.IntN(10) == 0 {
 				key = strings.Repeat("é", 1+rng.IntN(200)) // keys of up to 400 bytes
 			}
-			r := &pubRecord{key: key, data: bytes.Repeat([]byte{byte(round)}, rng.IntN(400))}
+			r := &Record{key: key, data: bytes.Repeat([]byte{byte(round)}, rng.IntN(400))}
 			if rng.IntN(4) == 0 {
 				r.ehk = strconv.FormatUint(rng.Uint64(), 10)
 				if rng.IntN(2) == 0 {
@@ -50,11 +51,10 @@ func TestAggregatePlanMatchesEncoding(t *testing.T) {
 		subs, err := kpl.Deaggregate(data)
 		require.NoError(t, err)
 		require.Len(t, subs, len(recs))
-		ehks := explicitHashKeys(t, data)
 		for i, r := range recs {
 			require.Equal(t, r.key, subs[i].PartitionKey)
 			require.Equal(t, r.data, subs[i].Data)
-			require.Equal(t, r.ehk, ehks[i])
+			require.Equal(t, r.ehk, subs[i].ExplicitHashKey)
 		}
 	}
 }
@@ -63,18 +63,18 @@ func TestAggregatePlanMatchesEncoding(t *testing.T) {
 // key) fit, and read back.
 func TestAggregateAtTheLimit(t *testing.T) {
 	plan := newAggPlan()
-	a := &pubRecord{key: "a", data: make([]byte, 500_000)}
+	a := &Record{key: "a", data: make([]byte, 500_000)}
 	plan.add(a)
-	b := &pubRecord{key: "b"}
-	for n := maxRecordBytes - plan.size(); ; n-- { // the largest record that fits
+	b := &Record{key: "b"}
+	for n := MaxRecordBytes - plan.size(); ; n-- { // the largest record that fits
 		b.data = make([]byte, n)
-		if plan.size()+plan.grow(b) <= maxRecordBytes {
+		if plan.size()+plan.grow(b) <= MaxRecordBytes {
 			break
 		}
 	}
 	plan.add(b)
-	require.InDelta(t, maxRecordBytes, plan.size(), 4, "a varint's byte more would not fit")
-	data := encodeAggregate([]*pubRecord{a, b})
+	require.InDelta(t, MaxRecordBytes, plan.size(), 4, "a varint's byte more would not fit")
+	data := encodeAggregate([]*Record{a, b})
 	require.Equal(t, plan.size(), len(data)+len(a.key))
 	subs, err := kpl.Deaggregate(data)
 	require.NoError(t, err)
