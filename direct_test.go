@@ -132,16 +132,18 @@ func TestDirectErrorsMatchSDK(t *testing.T) {
 
 // TestDirectGoesBackToSDK: an answer the direct path does not handle as the SDK does (an error
 // that is not one of GetRecords' own, such as an expired signature, or a body it cannot decode)
-// gives the SDK's kind of error, and the poller makes that call's successors through the SDK.
+// gives the SDK's kind of error, the poller makes that call's successors through the SDK, and
+// the fallback is counted by its reason.
 func TestDirectGoesBackToSDK(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		status int
 		body   string
+		reason string // of the fallback counted
 	}{
-		{"signature expired", 400, `{"__type":"InvalidSignatureException","message":"Signature expired"}`},
-		{"unknown 4xx", 403, `{"__type":"com.amazon.coral.service#UnrecognizedClientException","message":"The security token included in the request is invalid."}`},
-		{"undecodable", 200, `{"Records": 5}`},
+		{"signature expired", 400, `{"__type":"InvalidSignatureException","message":"Signature expired"}`, direct.ReasonUnknownError},
+		{"unknown 4xx", 403, `{"__type":"com.amazon.coral.service#UnrecognizedClientException","message":"The security token included in the request is invalid."}`, direct.ReasonUnknownError},
+		{"undecodable", 200, `{"Records": 5}`, direct.ReasonUndecodable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -162,7 +164,10 @@ func TestDirectGoesBackToSDK(t *testing.T) {
 			in := &kinesis.GetRecordsInput{ShardIterator: aws.String("it"), Limit: aws.Int32(10)}
 			_, want := c.GetRecords(ctx, in, noRetry)
 			require.Error(t, want)
-			p := newPoller(c, directFor(t, c, nil, nil), streamRef{name: "s"}, "shardId-000000000000", time.Second, time.Millisecond, time.Millisecond)
+			meters := newMeters(t)
+			m, err := newMetrics(meters.provider, "s")
+			require.NoError(t, err)
+			p := newPoller(c, directFor(t, c, m, nil), streamRef{name: "s"}, "shardId-000000000000", time.Second, time.Millisecond, time.Millisecond)
 			require.NotNil(t, p.direct)
 			_, got := p.getRecords(ctx, in, 10)
 			require.Error(t, got)
@@ -179,6 +184,8 @@ func TestDirectGoesBackToSDK(t *testing.T) {
 			mu.Lock()
 			require.Equal(t, 3, calls, "one call each, nothing sent twice")
 			mu.Unlock()
+			require.EqualValues(t, 1, meters.sum("kinesub.getrecords.fallbacks", string(attrReason), tc.reason), "the fallback counted, once")
+			require.EqualValues(t, 1, meters.sum("kinesub.getrecords.fallbacks"))
 		})
 	}
 }
