@@ -400,7 +400,8 @@ func WithInitialPosition(p Position) Option {
 // that is not one of GetRecords' own, such as an expired signature, or a body it cannot
 // decode) is returned as it is and that reader's later calls go through the SDK. Each
 // fallback is counted in kinesub.getrecords.fallbacks by reason, and the first of each reason
-// is logged at Warn. It has no effect with WithEnhancedFanOut.
+// is logged at Warn. With WithEnhancedFanOut, which reads without GetRecords, it changes
+// nothing but these checks.
 func WithDirectGetRecords() Option { return func(c *config) { c.directGetRecords = true } }
 
 // withClientRegion records the Kinesis client's region, which errors about a stream given by
