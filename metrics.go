@@ -155,6 +155,7 @@ type metrics struct {
 	transitions metric.Int64Counter
 	capacity    metric.Float64Counter
 	dropped     metric.Int64Counter
+	fallbacks   metric.Int64Counter
 
 	consumedC, acked, nacked  metric.Int64ObservableCounter
 	ackedLate                 metric.Int64ObservableCounter
@@ -207,6 +208,9 @@ func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
 	add(e)
 	m.dropped, e = meter.Int64Counter("kinesub.records.dropped", metric.WithUnit("{message}"),
 		metric.WithDescription("Records read and not delivered, by reason: outside_hash_key_range, a user record of a KPL aggregate whose hash key lies outside its shard's range (an aggregate made for the parent of a split, written again by its producer on the right shard)."))
+	add(e)
+	m.fallbacks, e = meter.Int64Counter("kinesub.getrecords.fallbacks", metric.WithUnit("{call}"),
+		metric.WithDescription("GetRecords calls of the direct path (WithDirectGetRecords) handed to the SDK's request path, by reason: transport and response_body (made again through the SDK), credentials, endpoint, request (not sent; that reader keeps to the SDK), unknown_error and undecodable (answered; that reader keeps to the SDK)."))
 	add(e)
 	m.capacity, e = meter.Float64Counter("kinesub.lease.consumed_capacity", metric.WithUnit("{capacity_unit}"),
 		metric.WithDescription("DynamoDB read and write capacity units the lease store's calls consumed, by operation."))
@@ -411,6 +415,16 @@ func (st *shardStats) droppedOutOfRange(n int) {
 	}
 	st.m.dropped.Add(context.Background(), int64(n), metric.WithAttributeSet(attribute.NewSet(
 		attrSystem.String(systemKinesis), st.m.stream, attrShard.String(st.id), attrReason.String(reasonOutsideHashRange))))
+}
+
+// getRecordsFallback counts a GetRecords call that the direct path handed to the SDK's request
+// path, for reason (kinesub.getrecords.fallbacks).
+func (m *metrics) getRecordsFallback(ctx context.Context, reason string) {
+	if m == nil {
+		return
+	}
+	m.fallbacks.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(
+		attrSystem.String(systemKinesis), m.stream, attrReason.String(reason))))
 }
 
 // leaseTaken counts a lease that this subscriber started reading.

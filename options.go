@@ -49,6 +49,7 @@ type config struct {
 	listener           ShardListener        // WithShardListener (listener.go)
 	tracerProvider     trace.TracerProvider // nil: no tracing (WithTracerProvider, tracing.go)
 	scaleTarget        float64              // WithScaleTarget
+	directGetRecords   bool                 // WithDirectGetRecords (poll.go)
 	probes             *probeSet            // tests only (probe.go)
 
 	errs []error // collected while applying options, reported by validate
@@ -375,6 +376,36 @@ func WithStartAt(p Position) Option {
 func WithInitialPosition(p Position) Option {
 	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
 }
+
+// WithDirectGetRecords makes the readers send GetRecords themselves, as one signed HTTP
+// request over the client's own HTTP client, credentials, signer and endpoint, without the
+// SDK's middleware stack, and decode the answer themselves. By default every call goes through
+// the SDK's request path. The direct path costs an idle shard's poll less than half the CPU
+// (docs/performance.md): use it for many shards that are mostly idle, where polling is most of
+// the consumer's CPU.
+//
+// It sends the request the SDK would, with the SDK's own user agent, invocation ID and
+// attempt headers, and returns the SDK's typed errors in the SDK's wrapping. It skips what
+// the SDK's path would run for that client: APIOptions middleware, interceptors, the
+// Retryer, logging, the SDK's tracing and metrics, and any context value the SDK's
+// middleware sets for the HTTP client to read. So Subscribe refuses it, with an error
+// wrapping ErrInvalidOption that says why, before any I/O, for a client whose options would
+// make its request differ: APIOptions or interceptors, a ClientLogMode, a tracer or meter
+// provider, a Retryer other than the SDK's standard one (the adaptive one limits the rate of
+// requests on the client), auth schemes, an auth scheme resolver, endpoint resolver or
+// protocol other than the SDK's defaults, an HTTPClient other than the SDK's BuildableClient
+// or an *http.Client over an *http.Transport (a RoundTripper of one's own may read those
+// context values), anonymous credentials, a FIPS pseudo-region. DisableHTTPS is followed.
+//
+// A direct call that gets no answer (a transport error, a body cut short) is made again
+// through the SDK; after three in a row that the SDK's path answered, that shard's reader
+// keeps to the SDK's path. An answer the direct path does not handle as the SDK does (an error
+// that is not one of GetRecords' own, such as an expired signature, or a body it cannot
+// decode) is returned as it is and that reader's later calls go through the SDK. Each
+// fallback is counted in kinesub.getrecords.fallbacks by reason, and the first of each reason
+// is logged at Warn. With WithEnhancedFanOut, which reads without GetRecords, it changes
+// nothing but these checks.
+func WithDirectGetRecords() Option { return func(c *config) { c.directGetRecords = true } }
 
 // withClientRegion records the Kinesis client's region, which errors about a stream given by
 // ARN compare with the ARN's. Subscribe adds it.

@@ -2,7 +2,8 @@ package kinesub
 
 import (
 	"context"
-	"errors"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -33,18 +34,19 @@ type poller struct {
 	client  kinesisiface.Kinesis
 	stream  streamRef
 	shard   string
-	timeout time.Duration   // of each call (WithRequestTimeout)
-	idle    time.Duration   // the wait after an empty page (WithPollInterval)
-	quiet   time.Duration   // the wait after an empty page once the shard is quiet (WithIdlePollInterval)
-	direct  *direct.Records // GetRecords without the SDK's middleware (internal/direct); nil: through the SDK
-	empties int             // empty pages in a row at the tip of the shard
+	timeout time.Duration // of each call (WithRequestTimeout)
+	idle    time.Duration // the wait after an empty page (WithPollInterval)
+	quiet   time.Duration // the wait after an empty page once the shard is quiet (WithIdlePollInterval)
+	direct  *directPath   // GetRecords without the SDK's middleware (WithDirectGetRecords); nil: through the SDK
+	strikes int           // direct calls in a row that failed in transport where the SDK's succeeded
+	empties int           // empty pages in a row at the tip of the shard
 	iter    *string
 	calls   *rate.Limiter
 	bytes   *rate.Limiter
 	paced   bool // pace has waited for the next call's turn
 }
 
-func newPoller(client kinesisiface.Kinesis, d *direct.Records, stream streamRef, shard string, timeout, idle, quiet time.Duration) *poller {
+func newPoller(client kinesisiface.Kinesis, d *directPath, stream streamRef, shard string, timeout, idle, quiet time.Duration) *poller {
 	return &poller{
 		client: client, direct: d, stream: stream, shard: shard, timeout: timeout, idle: idle, quiet: max(quiet, idle),
 		calls: rate.NewLimiter(getRecordsPerSecond, 1),
@@ -126,18 +128,113 @@ func (p *poller) next(ctx context.Context, limit int) (page, error) {
 }
 
 // getRecords makes one GetRecords call: directly while the direct path serves this poller,
-// through the SDK otherwise.
+// through the SDK otherwise. A direct call that got no answer (a transport error, a body cut
+// short) is made again through the SDK; one the direct path cannot make or answer as the SDK
+// does sends this call (when nothing came back) and every later one through the SDK.
 func (p *poller) getRecords(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (*kinesis.GetRecordsOutput, error) {
-	if d := p.direct; d != nil {
-		out, useSDK, err := d.GetRecords(ctx, in, limit)
-		if useSDK {
-			p.direct = nil
+	d := p.direct
+	if d == nil {
+		return p.viaSDK(ctx, in, limit)
+	}
+	out, fb, err := d.records.GetRecords(ctx, in, limit)
+	switch {
+	case fb.Reason == "":
+		p.strikes = 0
+		return out, err
+	case ctx.Err() != nil:
+		// The call's time ran out, which is no reason to leave the direct path: the SDK
+		// answers what it answers for an ended context.
+		if fb.Again {
+			return p.viaSDK(ctx, in, limit)
 		}
-		if !errors.Is(err, direct.ErrUseSDK) {
-			return out, err
+		return nil, err
+	}
+	d.fellBack(ctx, p.shard, fb, err)
+	if fb.ForGood {
+		p.direct = nil
+	}
+	if !fb.Again {
+		return nil, err
+	}
+	out, err = p.viaSDK(ctx, in, limit)
+	if !fb.ForGood && err == nil {
+		// The SDK's path reached the service where the direct one did not: after a few in a
+		// row, the direct path is what fails here (its HTTP client, its connection), not the
+		// network, and this reader keeps to the SDK.
+		if p.strikes++; p.strikes >= directStrikes {
+			p.direct, p.strikes = nil, 0
+			d.gaveUp(p.shard, fb.Reason)
 		}
 	}
+	return out, err
+}
+
+// viaSDK makes one GetRecords call through the SDK.
+func (p *poller) viaSDK(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (*kinesis.GetRecordsOutput, error) {
 	return p.client.GetRecords(ctx, in, noRetry, recordsjson.UpTo(limit), direct.CachedEndpoints)
+}
+
+// directStrikes is how many direct calls in a row a poller makes again through the SDK, for
+// failing in transport where the SDK's succeeded, before it sends its calls through the SDK
+// for good.
+const directStrikes = 3
+
+// directPath is a subscriber's direct GetRecords path (WithDirectGetRecords), shared by its
+// pollers, and where they report falling back to the SDK's path: the metric
+// kinesub.getrecords.fallbacks, and a log line at Warn for the first fallback of each reason.
+// It is safe for concurrent use.
+type directPath struct {
+	records *direct.Records
+	metrics *metrics
+	log     *slog.Logger
+
+	mu     sync.Mutex
+	logged map[string]bool // reasons logged
+}
+
+// newDirectPath returns the direct path for client when cfg asks for it (nil otherwise), or
+// an error naming WithDirectGetRecords and what in the client's options it does not
+// reproduce.
+func newDirectPath(cfg *config, client kinesisiface.Kinesis, m *metrics, log *slog.Logger) (*directPath, error) {
+	if !cfg.directGetRecords {
+		return nil, nil
+	}
+	var record direct.Recorder
+	if m != nil && m.req != nil {
+		record = m.req.record
+	}
+	d, err := direct.New(client, record)
+	if err != nil {
+		return nil, optionError("WithDirectGetRecords", "", err.Error()+"; without the option, GetRecords goes through the SDK's request path")
+	}
+	return &directPath{records: d, metrics: m, log: log, logged: map[string]bool{}}, nil
+}
+
+// fellBack counts a call of shard's handed to the SDK's path, and logs the first of its reason.
+func (d *directPath) fellBack(ctx context.Context, shard string, fb direct.Fallback, err error) {
+	d.metrics.getRecordsFallback(ctx, fb.Reason)
+	if d.first(fb.Reason) {
+		d.log.Warn("GetRecords fell back to the SDK's request path (WithDirectGetRecords); later fallbacks of this reason are counted in kinesub.getrecords.fallbacks, not logged",
+			"reason", fb.Reason, logShard, shard, "call_again", fb.Again, "reader_keeps_to_sdk", fb.ForGood, "err", err)
+	}
+}
+
+// gaveUp logs, once, a reader that keeps to the SDK's path after repeated fallbacks.
+func (d *directPath) gaveUp(shard, reason string) {
+	if d.first("repeated " + reason) {
+		d.log.Warn("GetRecords: direct calls keep failing where the SDK's succeed; this shard's reader sends its calls through the SDK from now on",
+			"reason", reason, "in_a_row", directStrikes, logShard, shard)
+	}
+}
+
+func (d *directPath) first(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.logged[key] {
+		return false
+	}
+	d.logged[key] = true
+	return true
 }
 
 func (p *poller) close() {}

@@ -10,7 +10,6 @@ import (
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
 	"github.com/stretchr/testify/require"
 
-	"github.com/gostream/kinesub/internal/direct"
 	"github.com/gostream/kinesub/kinesistest"
 )
 
@@ -27,7 +26,8 @@ func (r *countingResolver) ResolveEndpoint(ctx context.Context, p kinesis.Endpoi
 
 // TestPollerEndpoints: a poller's calls through a real client resolve their endpoint through the
 // application's own resolver, every call, when it has one (direct.CachedEndpoints leaves it
-// alone), and read as well with the SDK's default one.
+// alone), and read as well with the SDK's default one. (The direct path, WithDirectGetRecords,
+// refuses a client with a resolver of its own.)
 func TestPollerEndpoints(t *testing.T) {
 	srv := kinesistest.NewServer()
 	t.Cleanup(srv.Close)
@@ -35,7 +35,7 @@ func TestPollerEndpoints(t *testing.T) {
 	defer cancel()
 	require.NoError(t, srv.CreateStream(ctx, "endpoints", 1))
 	poll := func(c *kinesis.Client) {
-		p := newPoller(c, direct.New(c, nil), streamRef{name: "endpoints"}, "shardId-000000000000", 10*time.Second, time.Millisecond, time.Millisecond)
+		p := newPoller(c, nil, streamRef{name: "endpoints"}, "shardId-000000000000", 10*time.Second, time.Millisecond, time.Millisecond)
 		require.NoError(t, p.open(ctx, Horizon()))
 		for range 3 {
 			_, err := p.next(ctx, 10)

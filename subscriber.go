@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
-	"github.com/gostream/kinesub/internal/direct"
 	"github.com/gostream/kinesub/internal/kinesisiface"
 )
 
@@ -27,8 +26,8 @@ const (
 type Subscriber struct {
 	cfg     config
 	client  kinesisiface.Kinesis
-	direct  *direct.Records // GetRecords without the SDK's middleware; nil: not for this client
-	stream  string          // the stream's name, also when Subscribe was given its ARN
+	direct  *directPath // GetRecords without the SDK's middleware (WithDirectGetRecords); nil: through the SDK
+	stream  string      // the stream's name, also when Subscribe was given its ARN
 	ref     streamRef
 	log     *slog.Logger
 	metrics *metrics // OpenTelemetry instruments (metrics.go)
@@ -117,11 +116,10 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err != nil {
 		return nil, err
 	}
-	var record direct.Recorder
-	if m.req != nil {
-		record = m.req.record
+	directPath, err := newDirectPath(&cfg, client, m, cfg.logger.With(logStream, ref.name))
+	if err != nil {
+		return nil, err
 	}
-	directPath := direct.New(client, record)
 	client = meteredKinesis{k: client, r: m.req}
 	metered := meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
 	cfg.store = metered.narrowed()

@@ -10,20 +10,22 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
-	"reflect"
+	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
 	smithyauth "github.com/aws/smithy-go/auth"
 	smithyendpoints "github.com/aws/smithy-go/endpoints"
-	smithymetrics "github.com/aws/smithy-go/metrics"
-	"github.com/aws/smithy-go/tracing"
+	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/gostream/kinesub/internal/recordsjson"
@@ -33,97 +35,135 @@ import (
 // allocations), resolves its endpoint and auth scheme, signs, and decodes through the
 // protocol's schema: on an idle shard, that is most of a poll's CPU. Records sends the
 // same request itself, over the client's own HTTP client, credentials, signer and endpoint
-// resolver, and decodes the answer with recordsjson.Decode.
+// resolver, with the headers the SDK's build step sets (its user agent, invocation ID,
+// attempt header and Lambda trace ID, made by the SDK's own middleware), and decodes the
+// answer with recordsjson.Decode.
 //
-// It is used only for a client that adds nothing to the SDK's request path: no APIOptions, no
-// interceptors, no client log mode, no tracer or meter provider, the default protocol, auth
-// schemes and endpoint resolver (New). Any other client is called through the SDK,
-// so adding an APIOptions entry to the client is the way to keep every call on the SDK's path.
-// A poller also goes back to the SDK for good when the direct path meets what it does not
-// handle as the SDK does: an answer it cannot decode, or an error that is not one of
-// GetRecords' own (an expired signature, whose clock offset the SDK corrects, for example).
-// A test holds its answers and errors to the SDK's.
+// It serves only a client whose request path it reproduces (Check); New refuses any other,
+// saying why. A call it cannot make as the SDK would is handed back to the caller with a
+// Fallback: made again through the SDK when nothing usable came back (a transport error, a
+// body cut short), or answered with the direct path's error and the later calls sent through
+// the SDK when the answer is one it does not handle as the SDK does (an undecodable body, an
+// error that is not one of GetRecords' own, such as an expired signature, whose clock offset
+// the SDK corrects). Tests hold its requests, answers and errors to the SDK's.
 
 // Recorder counts one call: its operation, when it started and how it ended.
 type Recorder func(ctx context.Context, op string, start time.Time, err error)
 
-// Records sends GetRecords requests without the SDK's middleware.
+// Records sends GetRecords requests without the SDK's middleware. It is safe for concurrent
+// use.
 type Records struct {
 	http   kinesis.HTTPClient
 	creds  aws.CredentialsProvider
 	signer kinesis.HTTPSignerV4
 	opts   kinesis.Options // for the endpoint parameters
-	agent  string
-	record Recorder // nil: not counted
+	agent  string          // the SDK's User-Agent for this client
+	record Recorder        // nil: not counted
 }
 
 // directTarget is the X-Amz-Target of GetRecords.
 const directTarget = "Kinesis_20131202.GetRecords"
 
-// ErrUseSDK: the direct path cannot make this call; the caller makes it through the SDK.
-var ErrUseSDK = errors.New("kinesub: GetRecords goes through the SDK")
+// Reasons for a Fallback, the values of the fallback metric's reason attribute.
+const (
+	ReasonCredentials  = "credentials"   // the credentials could not be retrieved; nothing sent
+	ReasonEndpoint     = "endpoint"      // the endpoint did not resolve to a SigV4 one; nothing sent
+	ReasonRequest      = "request"       // the request could not be built or signed; nothing sent
+	ReasonTransport    = "transport"     // the HTTP client returned an error: no answer
+	ReasonResponseBody = "response_body" // the answer's body could not be read to its end
+	ReasonUnknownError = "unknown_error" // an error answer that is not one of GetRecords' own
+	ReasonUndecodable  = "undecodable"   // a success answer the decoder does not read
+)
 
-// New returns the direct path for client, or nil when client must be called through the SDK.
-// record, when not nil, counts each call sent.
-func New(client any, record Recorder) *Records {
+// A Fallback says why a call was not served by the direct path, and what the caller does. The
+// zero Fallback: the call was served (its error, if any, is the SDK's).
+type Fallback struct {
+	Reason string // one of the Reason values; "" when served
+	// Again: nothing usable came back (nothing was sent, or no whole answer): the caller makes
+	// this call through the SDK, unless its ctx has ended. Otherwise the call's error stands.
+	Again bool
+	// ForGood: the caller sends its later calls through the SDK too: the direct path would
+	// not make them as the SDK does. A Fallback that is Again only (transport, response_body)
+	// leaves that to the caller.
+	ForGood bool
+}
+
+func fallback(reason string) Fallback {
+	switch reason {
+	case ReasonTransport, ReasonResponseBody:
+		return Fallback{Reason: reason, Again: true}
+	case ReasonUnknownError, ReasonUndecodable:
+		return Fallback{Reason: reason, ForGood: true}
+	}
+	return Fallback{Reason: reason, Again: true, ForGood: true}
+}
+
+// New returns the direct path for client, or an error saying why it does not reproduce the
+// SDK's request path for that client (Check). record, when not nil, counts each call sent.
+func New(client any, record Recorder) (*Records, error) {
 	c, ok := client.(*kinesis.Client)
 	if !ok || c == nil {
-		return nil
+		return nil, fmt.Errorf("the client is %T, not a *kinesis.Client", client)
 	}
 	o := c.Options()
-	if !Eligible(o) {
-		return nil
+	if err := Check(o); err != nil {
+		return nil, err
 	}
-	agent := "aws-sdk-go-v2/" + aws.SDKVersion + " kinesub"
+	return &Records{http: o.HTTPClient, creds: o.Credentials, signer: o.HTTPSignerV4, opts: o, agent: userAgent(o), record: record}, nil
+}
+
+// userAgent is the User-Agent the SDK's middleware writes for a GetRecords call of a client
+// with options o under the poller's one attempt (addClientUserAgent, addCredentialSource,
+// addUserAgentAccountIDEndpointMode; no retry-mode feature, as the poller's Retryer is
+// wrapped), made once by the SDK's own user-agent middleware.
+func userAgent(o kinesis.Options) string {
+	ua := awsmiddleware.NewRequestUserAgent()
+	if v := kinesisVersion(); v != "" {
+		ua.AddSDKAgentKeyValue(awsmiddleware.APIMetadata, "kinesis", v)
+	}
 	if o.AppID != "" {
-		agent += " app/" + o.AppID
+		ua.AddSDKAgentKey(awsmiddleware.ApplicationIdentifier, o.AppID)
 	}
-	return &Records{http: o.HTTPClient, creds: o.Credentials, signer: o.HTTPSignerV4, opts: o, agent: agent, record: record}
-}
-
-// Eligible reports whether a client's options add nothing to the SDK's request path of
-// GetRecords, so that the direct path sends what the SDK would.
-func Eligible(o kinesis.Options) bool {
-	none := kinesis.NewFromConfig(aws.Config{}).Options() // the defaults, to compare types with
-	same := func(a, b any) bool { return a != nil && reflect.TypeOf(a) == reflect.TypeOf(b) }
-	switch {
-	case len(o.APIOptions) > 0, o.ClientLogMode != 0, o.EndpointResolver != nil,
-		o.HTTPClient == nil, o.Credentials == nil, o.HTTPSignerV4 == nil, !plainRegion(o.Region),
-		len(o.AuthSchemes) != len(none.AuthSchemes), len(o.AuthSchemePreference) > 0,
-		o.AccountIDEndpointMode == aws.AccountIDEndpointModeRequired,
-		o.Protocol == nil || o.Protocol.ID() != recordsjson.AWSJSON11,
-		!same(o.EndpointResolverV2, none.EndpointResolverV2),
-		!same(o.AuthSchemeResolver, none.AuthSchemeResolver),
-		interceptors(o.Interceptors) > 0:
-		return false
+	switch o.AccountIDEndpointMode {
+	case aws.AccountIDEndpointModePreferred:
+		ua.AddUserAgentFeature(awsmiddleware.UserAgentFeatureAccountIDModePreferred)
+	case aws.AccountIDEndpointModeRequired:
+		ua.AddUserAgentFeature(awsmiddleware.UserAgentFeatureAccountIDModeRequired)
+	case aws.AccountIDEndpointModeDisabled:
+		ua.AddUserAgentFeature(awsmiddleware.UserAgentFeatureAccountIDModeDisabled)
 	}
-	if _, anon := o.Credentials.(aws.AnonymousCredentials); anon {
-		return false
-	}
-	switch o.TracerProvider.(type) {
-	case nil, tracing.NopTracerProvider, *tracing.NopTracerProvider:
-	default:
-		return false
-	}
-	switch o.MeterProvider.(type) {
-	case nil, smithymetrics.NopMeterProvider, *smithymetrics.NopMeterProvider:
-	default:
-		return false
-	}
-	return true
-}
-
-// interceptors counts the interceptors a registry holds.
-func interceptors(r smithyhttp.InterceptorRegistry) int {
-	n := 0
-	v := reflect.ValueOf(r)
-	for i := range v.NumField() {
-		if f := v.Field(i); f.Kind() == reflect.Slice {
-			n += f.Len()
+	if src, ok := o.Credentials.(aws.CredentialProviderSource); ok {
+		for _, s := range src.ProviderSources() {
+			ua.AddCredentialsSource(s)
 		}
 	}
-	return n
+	req := &smithyhttp.Request{Request: &http.Request{Header: http.Header{}}}
+	_, _, _ = ua.HandleBuild(context.Background(), middleware.BuildInput{Request: req}, nopBuild)
+	return req.Header.Get("User-Agent")
 }
+
+var nopBuild = middleware.BuildHandlerFunc(func(context.Context, middleware.BuildInput) (middleware.BuildOutput, middleware.Metadata, error) {
+	return middleware.BuildOutput{}, middleware.Metadata{}, nil
+})
+
+// kinesisVersion is the version of the SDK's Kinesis module linked in, as its user agent
+// names it ("1.56.13"); "" when the binary does not record it.
+var kinesisVersion = sync.OnceValue(func() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, m := range info.Deps {
+		if m.Path != "github.com/aws/aws-sdk-go-v2/service/kinesis" {
+			continue
+		}
+		if m.Replace != nil && m.Replace.Version != "" {
+			m = m.Replace
+		}
+		return strings.TrimPrefix(m.Version, "v")
+	}
+	return ""
+})
 
 // directRequest is GetRecords' request body.
 type directRequest struct {
@@ -132,37 +172,46 @@ type directRequest struct {
 	StreamARN     *string `json:",omitempty"`
 }
 
-// GetRecords makes one GetRecords call, counted by the Recorder as the SDK's calls are.
-// ErrUseSDK (nothing was sent) and the errors it wraps with useSDK set ask the caller to make
-// this and every later call through the SDK.
-func (d *Records) GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (out *kinesis.GetRecordsOutput, useSDK bool, err error) {
+// GetRecords makes one GetRecords call, counted by the Recorder as the SDK's calls are (when
+// it was sent). A call not served directly returns a Fallback that says why and what the
+// caller does; the error is the direct path's, to return when the Fallback is not Again.
+func (d *Records) GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (*kinesis.GetRecordsOutput, Fallback, error) {
 	start := time.Now()
-	out, useSDK, err = d.call(ctx, in, limit)
-	if d.record != nil && !errors.Is(err, ErrUseSDK) {
+	out, reason, sent, err := d.call(ctx, in, limit)
+	if d.record != nil && sent {
 		d.record(ctx, "GetRecords", start, err)
 	}
-	return out, useSDK, err
+	if reason == "" {
+		return out, Fallback{}, err
+	}
+	return nil, fallback(reason), err
 }
 
-func (d *Records) call(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (*kinesis.GetRecordsOutput, bool, error) {
+// errNotSent is the error of a call that was not sent.
+var errNotSent = errors.New("kinesub: GetRecords not sent directly")
+
+func (d *Records) call(ctx context.Context, in *kinesis.GetRecordsInput, limit int) (out *kinesis.GetRecordsOutput, reason string, sent bool, err error) {
 	creds, err := d.creds.Retrieve(ctx)
 	if err != nil {
-		return nil, true, ErrUseSDK // the SDK reports a credentials failure its own way
+		return nil, ReasonCredentials, false, fmt.Errorf("%w: %w", errNotSent, err) // the SDK reports a credentials failure its own way
 	}
 	endpoint, name, region, ok := d.endpoint(ctx, in, creds)
 	if !ok {
-		return nil, true, ErrUseSDK
+		return nil, ReasonEndpoint, false, errNotSent
 	}
 	body, err := json.Marshal(directRequest{Limit: in.Limit, ShardIterator: in.ShardIterator, StreamARN: in.StreamARN})
 	if err != nil {
-		return nil, true, ErrUseSDK
+		return nil, ReasonRequest, false, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint.URI.String(), bytes.NewReader(body))
 	if err != nil {
-		return nil, true, ErrUseSDK
+		return nil, ReasonRequest, false, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	if req.URL.Path == "" {
 		req.URL.Path = "/"
+	}
+	if d.opts.EndpointOptions.DisableHTTPS {
+		req.URL.Scheme = "http" // as the SDK's disableHTTPS middleware does
 	}
 	for k := range endpoint.Headers {
 		req.Header.Set(k, endpoint.Headers.Get(k))
@@ -170,13 +219,24 @@ func (d *Records) call(ctx context.Context, in *kinesis.GetRecordsInput, limit i
 	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
 	req.Header.Set("X-Amz-Target", directTarget)
 	req.Header.Set("User-Agent", d.agent)
+	// The build step's headers, set by the SDK's own middleware: the invocation ID, and the
+	// Lambda trace ID (recursion detection); then the header the retry middleware sets for
+	// the poller's one attempt.
+	sreq := &smithyhttp.Request{Request: req}
+	if _, _, err := (awsmiddleware.ClientRequestID{}).HandleBuild(ctx, middleware.BuildInput{Request: sreq}, nopBuild); err != nil {
+		return nil, ReasonRequest, false, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	if _, _, err := (&awsmiddleware.RecursionDetection{}).HandleBuild(ctx, middleware.BuildInput{Request: sreq}, nopBuild); err != nil {
+		return nil, ReasonRequest, false, fmt.Errorf("%w: %w", errNotSent, err)
+	}
+	req.Header.Set("Amz-Sdk-Request", "attempt=1; max=1")
 	sum := sha256.Sum256(body)
 	if err := d.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), name, region, time.Now()); err != nil {
-		return nil, true, ErrUseSDK
+		return nil, ReasonRequest, false, fmt.Errorf("%w: %w", errNotSent, err)
 	}
 	resp, err := d.http.Do(req)
 	if err != nil {
-		return nil, false, directError(&awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{
+		return nil, ReasonTransport, true, directError(&awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{
 			Response: &smithyhttp.Response{Response: &http.Response{}}, Err: &smithyhttp.RequestSendError{Err: err},
 		}})
 	}
@@ -184,24 +244,28 @@ func (d *Records) call(ctx context.Context, in *kinesis.GetRecordsInput, limit i
 	buf, err := recordsjson.ReadBody(resp.Body, resp.ContentLength)
 	defer recordsjson.ReleaseBody(buf)
 	if err != nil {
-		return nil, false, directError(&smithy.DeserializationError{Err: err})
+		return nil, ReasonResponseBody, true, directError(&smithy.DeserializationError{Err: err})
 	}
 	if resp.StatusCode < 200 || resp.StatusCode >= 300 {
 		apiErr, known := directAPIError(resp, buf.Bytes())
-		return nil, !known, directError(&awshttp.ResponseError{
+		err := directError(&awshttp.ResponseError{
 			ResponseError: &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: resp}, Err: apiErr},
 			RequestID:     resp.Header.Get("X-Amzn-Requestid"),
 		})
+		if !known {
+			return nil, ReasonUnknownError, true, err
+		}
+		return nil, "", true, err
 	}
-	out := &kinesis.GetRecordsOutput{}
+	out = &kinesis.GetRecordsOutput{}
 	hint := 0
 	if limit > 0 {
 		hint = min(limit, buf.Len()/recordsjson.MinRecordJSON+1)
 	}
 	if err := recordsjson.DecodeHint(buf.Bytes(), out, hint); err != nil {
-		return nil, true, directError(&smithy.DeserializationError{Err: err})
+		return nil, ReasonUndecodable, true, directError(&smithy.DeserializationError{Err: err})
 	}
-	return out, false, nil
+	return out, "", true, nil
 }
 
 // endpoint resolves the call's endpoint as the SDK does (bindEndpointParams), with its SigV4
@@ -246,20 +310,6 @@ func (d *Records) endpoint(ctx context.Context, in *kinesis.GetRecordsInput, cre
 		}
 	}
 	return resolved, name, region, true
-}
-
-// plainRegion reports whether r is a region the SDK binds as it is: a host label of lower-case
-// letters, digits and dashes that names no FIPS pseudo-region (those the SDK maps).
-func plainRegion(r string) bool {
-	if r == "" || strings.Contains(r, "fips") || r[0] == '-' || r[len(r)-1] == '-' {
-		return false
-	}
-	for _, c := range r {
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
-			return false
-		}
-	}
-	return true
 }
 
 // directError wraps err as the SDK wraps an operation's errors.

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go/middleware"
+	"github.com/aws/smithy-go/tracing"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/stretchr/testify/require"
 
@@ -21,34 +25,89 @@ import (
 // noRetry turns the SDK's retries off, as the poller does: each call is sent once.
 func noRetry(o *kinesis.Options) { o.RetryMaxAttempts = 1 }
 
-// TestEligible: the direct GetRecords path serves a client that adds nothing to the SDK's
-// request path, and no other.
-func TestEligible(t *testing.T) {
+// TestCheck: New serves a client whose request path the direct path reproduces, and refuses
+// any other with an error that says what it does not reproduce.
+func TestCheck(t *testing.T) {
 	srv := kinesistest.NewServer()
 	t.Cleanup(srv.Close)
-	require.NotNil(t, New(srv.Client(), nil), "a plain client")
+	other := kinesis.NewFromConfig(srv.Config()) // its auth scheme signs with its own signer
 	for name, o := range map[string]func(*kinesis.Options){
-		"APIOptions": func(o *kinesis.Options) {
-			o.APIOptions = append(o.APIOptions, func(*middleware.Stack) error { return nil })
+		"plain":            func(*kinesis.Options) {},
+		"DisableHTTPS":     func(o *kinesis.Options) { o.EndpointOptions.DisableHTTPS = true },
+		"RetryMaxAttempts": func(o *kinesis.Options) { o.RetryMaxAttempts = 5 },
+		"standard Retryer wrapped": func(o *kinesis.Options) {
+			o.Retryer = retry.AddWithMaxBackoffDelay(retry.AddWithMaxAttempts(retry.NewStandard(), 2), time.Second)
 		},
-		"ClientLogMode": func(o *kinesis.Options) { o.ClientLogMode = aws.LogRequest },
-		"EndpointResolverV2": func(o *kinesis.Options) {
-			o.EndpointResolverV2 = &countingResolver{next: kinesis.NewDefaultEndpointResolverV2()}
+		"BuildableClient": func(o *kinesis.Options) {
+			tr := srv.HTTPClient().Transport.(*http.Transport)
+			o.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) { t.TLSClientConfig = tr.TLSClientConfig })
 		},
-		"anonymous": func(o *kinesis.Options) { o.Credentials = aws.AnonymousCredentials{} },
-		"account ID required": func(o *kinesis.Options) {
-			o.AccountIDEndpointMode = aws.AccountIDEndpointModeRequired
-		},
-		"FIPS region": func(o *kinesis.Options) { o.Region = "fips-us-east-1" },
-		"interceptor": func(o *kinesis.Options) {
-			o.Interceptors.AddBeforeTransmit(beforeTransmit{})
-		},
-		"auth scheme preference": func(o *kinesis.Options) { o.AuthSchemePreference = []string{"sigv4"} },
+		"AppID": func(o *kinesis.Options) { o.AppID = "orders" },
 	} {
-		require.Nil(t, New(kinesis.NewFromConfig(srv.Config(), o), nil), name)
+		_, err := New(kinesis.NewFromConfig(srv.Config(), o), nil)
+		require.NoError(t, err, name)
 	}
-	require.Nil(t, New(struct{}{}, nil), "not an SDK client")
+	for _, tc := range []struct {
+		name string
+		o    func(*kinesis.Options)
+		want string
+	}{
+		{"APIOptions", func(o *kinesis.Options) {
+			o.APIOptions = append(o.APIOptions, func(*middleware.Stack) error { return nil })
+		}, "APIOptions"},
+		{"ClientLogMode", func(o *kinesis.Options) { o.ClientLogMode = aws.LogRequest }, "ClientLogMode"},
+		{"EndpointResolverV2", func(o *kinesis.Options) {
+			o.EndpointResolverV2 = &countingResolver{next: kinesis.NewDefaultEndpointResolverV2()}
+		}, "EndpointResolverV2"},
+		{"anonymous", func(o *kinesis.Options) { o.Credentials = aws.AnonymousCredentials{} }, "anonymous"},
+		{"account ID required", func(o *kinesis.Options) {
+			o.AccountIDEndpointMode = aws.AccountIDEndpointModeRequired
+		}, "AccountIDEndpointMode"},
+		{"FIPS region", func(o *kinesis.Options) { o.Region = "fips-us-east-1" }, "region"},
+		{"interceptor", func(o *kinesis.Options) { o.Interceptors.AddBeforeTransmit(beforeTransmit{}) }, "interceptors"},
+		{"auth scheme preference", func(o *kinesis.Options) { o.AuthSchemePreference = []string{"sigv4"} }, "AuthSchemePreference"},
+		{"adaptive Retryer", func(o *kinesis.Options) { o.Retryer = retry.NewAdaptiveMode() }, "adaptive"},
+		{"wrapped adaptive Retryer", func(o *kinesis.Options) {
+			o.Retryer = retry.AddWithMaxAttempts(retry.NewAdaptiveMode(), 1)
+		}, "adaptive"},
+		{"custom Retryer", func(o *kinesis.Options) { o.Retryer = ownRetryer{retry.NewStandard()} }, "direct.ownRetryer"},
+		{"auth scheme replaced, same length", func(o *kinesis.Options) {
+			o.AuthSchemes = []smithyhttp.AuthScheme{ownScheme{other.Options().AuthSchemes[0]}}
+		}, "auth scheme aws.auth#sigv4 is a direct.ownScheme"},
+		{"auth scheme of another signer", func(o *kinesis.Options) {
+			o.AuthSchemes = other.Options().AuthSchemes
+		}, "another signer"},
+		{"auth scheme list empty", func(o *kinesis.Options) { o.AuthSchemes = []smithyhttp.AuthScheme{} }, "auth schemes"},
+		{"RoundTripper", func(o *kinesis.Options) {
+			o.HTTPClient = &http.Client{Transport: roundTripper(http.DefaultTransport.RoundTrip)}
+		}, "RoundTripper"},
+		{"HTTPClient of its own", func(o *kinesis.Options) { o.HTTPClient = ownClient{srv.HTTPClient()} }, "direct.ownClient"},
+		{"TracerProvider", func(o *kinesis.Options) { o.TracerProvider = ownTracer{} }, "TracerProvider"},
+	} {
+		_, err := New(kinesis.NewFromConfig(srv.Config(), tc.o), nil)
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+	cfg := srv.Config()
+	cfg.RetryMode = aws.RetryModeAdaptive
+	_, err := New(kinesis.NewFromConfig(cfg), nil)
+	require.ErrorContains(t, err, "adaptive", "RetryMode adaptive")
+	_, err = New(struct{}{}, nil)
+	require.ErrorContains(t, err, "not a *kinesis.Client")
 }
+
+type ownRetryer struct{ aws.RetryerV2 }
+
+type ownScheme struct{ smithyhttp.AuthScheme }
+
+type ownClient struct{ c *http.Client }
+
+func (c ownClient) Do(r *http.Request) (*http.Response, error) { return c.c.Do(r) }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+type ownTracer struct{ tracing.NopTracerProvider }
 
 type beforeTransmit struct{}
 
@@ -73,8 +132,8 @@ func TestMatchesSDK(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	c := srv.Client()
-	d := New(c, nil)
-	require.NotNil(t, d)
+	d, err := New(c, nil)
+	require.NoError(t, err)
 	require.NoError(t, srv.CreateStream(ctx, "direct", 1))
 	for i := range 300 {
 		mu.Lock()
@@ -87,7 +146,7 @@ func TestMatchesSDK(t *testing.T) {
 		_, err := srv.Put(ctx, "direct", fmt.Sprintf("key-%d", i%37), bytes.Repeat([]byte{byte(i)}, size))
 		require.NoError(t, err)
 	}
-	_, err := srv.Put(ctx, "direct", "agg", append([]byte{0xF3, 0x89, 0x9A, 0xC2}, "a KPL aggregate, passed on as it is"...))
+	_, err = srv.Put(ctx, "direct", "agg", append([]byte{0xF3, 0x89, 0x9A, 0xC2}, "a KPL aggregate, passed on as it is"...))
 	require.NoError(t, err)
 	shard := "shardId-000000000000"
 	_, err = c.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String("direct"), ShardToSplit: aws.String(shard), NewStartingHashKey: aws.String("170141183460469231731687303715884105728")})
@@ -105,9 +164,9 @@ func TestMatchesSDK(t *testing.T) {
 		limit := []int{1, 7, 100, 10000}[pages%4]
 		want, err := c.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: viaSDK, Limit: aws.Int32(int32(limit))}, noRetry)
 		require.NoError(t, err)
-		got, useSDK, err := d.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: viaDirect, Limit: aws.Int32(int32(limit))}, limit)
+		got, fb, err := d.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: viaDirect, Limit: aws.Int32(int32(limit))}, limit)
 		require.NoError(t, err)
-		require.False(t, useSDK)
+		require.Zero(t, fb)
 		require.Equal(t, want.Records, got.Records, "page %d", pages)
 		require.Equal(t, aws.ToInt64(want.MillisBehindLatest), aws.ToInt64(got.MillisBehindLatest))
 		require.Equal(t, want.MillisBehindLatest == nil, got.MillisBehindLatest == nil)
