@@ -61,12 +61,16 @@ type worker struct {
 	load   *shardMeter // what this holding fetches (load.go)
 
 	// Lifecycle: state and gate change only in lifecycle.go.
-	lifeMu     sync.Mutex
-	st         atomic.Uint32 // a shardState, written with lifeMu held
-	gate       atomic.Uint64 // the generation; deliveries stamped with another are stale
-	work       *work         // the current generation's running work; under lifeMu
-	end        *ending       // set when the shard starts draining; under lifeMu
-	passed     bool          // the shard passed end's Close barrier; under lifeMu
+	lifeMu sync.Mutex
+	st     atomic.Uint32 // a shardState, written with lifeMu held
+	gate   atomic.Uint64 // the generation; deliveries stamped with another are stale
+	work   *work         // the current generation's running work; under lifeMu
+	end    *ending       // set when the shard starts draining; under lifeMu
+	// barrier is a closing subscription's (ending.drained), set when Close ends the shard or
+	// finds it draining after a hand-back; passed: the shard passed it, or will not hold one
+	// up. Both under lifeMu.
+	barrier    *sync.WaitGroup
+	passed     bool
 	lost       chan struct{} // closed when the lease is lost
 	readCtx    context.Context
 	cancelRead context.CancelFunc
@@ -204,16 +208,17 @@ func (w *worker) life() {
 	w.stopWork()
 }
 
-// passBarrier tells a closing subscription that this shard will not hold up the release of
-// the others (see ending.drained), once.
+// passBarrier tells a closing subscription that this shard will not hold up the drop of its
+// heartbeat row (see ending.drained), once: it wrote its last checkpoint, or it was lost or
+// finished.
 func (w *worker) passBarrier() {
 	w.lifeMu.Lock()
-	end := w.end
+	b := w.barrier
 	passed := w.passed
 	w.passed = true
 	w.lifeMu.Unlock()
-	if end != nil && end.drained != nil && !passed {
-		end.drained.Done()
+	if b != nil && !passed {
+		b.Done()
 	}
 }
 
@@ -324,6 +329,7 @@ func (w *worker) drain(expire bool) {
 	w.lifeMu.Lock()
 	end := w.end
 	w.lifeMu.Unlock()
+	defer w.passBarrier() // a hand-back's: a closing subscription waits for its release
 	drain, write := end.drain, end.write
 	if end.cause == causeHandBack {
 		var cancel context.CancelFunc

@@ -385,7 +385,8 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	// handed out and replays from the checkpoint, so it is dropped rather than delivered.
 	// Each shard then drains and, once all have, releases its lease (ending.release), with
 	// the heartbeat row dropped in between: until the leases are released they count this
-	// owner live anyway, and once they are, peers take them all in one round.
+	// owner live anyway, and once they are, peers take them all in one round. A shard still
+	// draining after a hand-back is waited for too: peers take it the moment the row is gone.
 	ws, _ := s.table.close()
 	var drained sync.WaitGroup
 	release := make(chan struct{})
@@ -394,7 +395,7 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		drained: &drained, release: release, errs: &errs})
 	s.stopRun()
 	drained.Wait()
-	// Every closing shard wrote its last checkpoint: the heartbeat row may go, and with it the
+	// Every draining shard wrote its last checkpoint: the heartbeat row may go, and with it the
 	// deadline that would lose them.
 	s.stopTenure()
 	<-s.tenureDone
