@@ -395,12 +395,21 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		drained: &drained, release: release, errs: &errs})
 	s.stopRun()
 	drained.Wait()
-	// Every draining shard wrote its last checkpoint: the heartbeat row may go, and with it the
-	// deadline that would lose them.
+	// Every draining shard wrote its last checkpoint and hands nothing out any more: the
+	// heartbeat row may go, and with it the deadline that would lose them. Unless a record
+	// was still on its way to the consumer when a drain's time ran out: that shard's lease is
+	// left bound, and so is the row, which peers take over once it stood still for 3/4 TTL,
+	// as after a crash; the record was handed out by then.
 	s.stopTenure()
 	<-s.tenureDone
 	s.tenure.resign()
-	errs.add(s.dropHeartbeat(write))
+	if leftBound(ws) {
+		s.log.Warn("heartbeat row left to lapse: a lease is left bound to it")
+		errs.add(&ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: errors.New(
+			"not dropped: a lease is left bound to it, with a record on its way to the consumer; peers take the row over once it lapses")})
+	} else {
+		errs.add(s.dropHeartbeat(write))
+	}
 	close(release)
 	<-s.coordinating
 	s.stopBg() // whatever still writes (a finished shard's release) gives up now
@@ -410,6 +419,16 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	s.closeErr = errors.Join(errs.errs...)
 	s.metrics.stop()
 	close(s.done)
+}
+
+// leftBound reports whether a drain of ws left its lease bound to the heartbeat row (drain).
+func leftBound(ws []*worker) bool {
+	for _, w := range ws {
+		if w.leftBound.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // fail ends the subscription with a fatal error: the watcher shuts it down (a reader that
