@@ -334,7 +334,12 @@ func (s *Subscriber) Seeker() *Seeker { return s.seeker }
 // errors of the final checkpoint and release writes, each a *ShardError naming the shard whose
 // checkpoint or release was not written (its deliveries since the last checkpoint are
 // delivered again by the next owner, which takes the shard once its lease expires if it was
-// not released). Every call returns the same result, including after the subscription stopped
+// not released). A shard with a record that passed its checks and had not reached the
+// consumer's code by the deadline is not released either, nor is the heartbeat row deleted
+// (a *ShardError with OpDeleteHeartbeat): the next owner takes it once the row lapses, so
+// that the record is never handed out while another instance reads the shard. Close also
+// waits for a shard handed back for balance and still draining. Every call returns the same
+// result, including after the subscription stopped
 // on its own (its ctx ended, or a fatal error). A nil ctx is context.Background(): Close
 // never refuses.
 func (s *Subscriber) Close(ctx context.Context) error {
