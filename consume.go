@@ -40,7 +40,18 @@ func (s *Subscriber) All(ctx context.Context) iter.Seq2[*Message, error] {
 				if m == nil {
 					return pullWait
 				}
+				// Counted as a hand-out under way, then checked again: a drain that ended the
+				// shard's hand-outs releases its lease only once none is counted (shard.go).
+				m.handing()
+				if m.stale() {
+					m.handed()
+					abandonSpan(m)
+					m.abandon()
+					continue
+				}
+				pr.passed(m)
 				pr.handOut(m)
+				m.handed()
 				s.metrics.consumed(m)
 				if !yield(m, nil) {
 					return pullLeft
@@ -70,11 +81,21 @@ func (s *Subscriber) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 			if f == nil {
 				return pullWait
 			}
+			// Counted as a hand-out under way, then checked again, as in All.
+			w := f.pg.shard
+			w.handing.add(1)
+			if f.pg.gen != w.gate.Load() {
+				w.handing.done(1)
+				w.out.done(int64(f.n - from))
+				return pullWait
+			}
 			if pr != nil {
+				pr.passed(f.at(from))
 				for i := from; i < f.n; i++ {
 					pr.handOut(f.at(i))
 				}
 			}
+			w.handing.done(1)
 			s.metrics.consumedPage(f, from)
 			traceHandOutPage(f, from)
 			if !yield(&Batch{msgs: f.messages(from)}, nil) {

@@ -140,9 +140,12 @@ type ending struct {
 	// handBackDrain and the request timeout.
 	drain, write context.Context
 	// Close only: each closing shard calls drained.Done once its deliveries settled (or drain
-	// ended), then releases its lease once release is closed: the subscriber drops its
-	// heartbeat row in between, so that peers take every shard at once when they see the
-	// releases. errs collects the last writes' errors for Close's result.
+	// ended), nothing it handed out is still on its way to the consumer (worker.handing) and
+	// its last checkpoint was written, then releases its lease once release is closed: the
+	// subscriber drops its heartbeat row in between, so that peers take every shard at once
+	// when they see the releases. A shard still draining after a hand-back joins drained too,
+	// and calls Done once its lease is released (passBarrier). errs collects the last writes'
+	// errors for Close's result.
 	drained *sync.WaitGroup
 	release <-chan struct{}
 	errs    *errList
@@ -175,8 +178,10 @@ func (l *errList) add(err error) {
 //     the old generation's records are told to stop (workContext).
 //   - causeLoss: the shard is lost: its reader stops, and so do its handlers and keeper.
 //   - causeHandBack, causeClose: the shard drains: its reader stops; its handlers may finish,
-//     and the deliveries handed out settle, until end.drain ends; then the shard's life
-//     writes the last checkpoint and releases the lease (drain).
+//     and the deliveries handed out settle, until end.drain ends; then, once nothing that
+//     passed its checks is still on its way to the consumer, the shard's life writes the last
+//     checkpoint and releases the lease (drain). Close also waits for a shard that was handed
+//     back earlier and still drains, before it drops the heartbeat row.
 //
 // It returns each shard's new generation, or 0 for a shard whose state the cause does not
 // apply to (already lost, finished, given up; or, for a seek, draining; for a hand-back, not
@@ -216,6 +221,11 @@ func (w *worker) endGeneration(end *ending) uint64 {
 		ok = st == stateReading && w.moveLocked(stateDraining)
 	case causeClose:
 		ok = (st == stateStarting || st == stateReading) && w.moveLocked(stateDraining)
+		if !ok && st == stateDraining && end.drained != nil {
+			// Handed back and still draining: Close drops the heartbeat row only once that
+			// drain wrote its last checkpoint and released the lease (drain passes the barrier).
+			w.joinBarrier(end.drained)
+		}
 	}
 	if !ok {
 		w.lifeMu.Unlock()
@@ -230,7 +240,7 @@ func (w *worker) endGeneration(end *ending) uint64 {
 	default:
 		w.end = end
 		if end.drained != nil {
-			end.drained.Add(1)
+			w.joinBarrier(end.drained)
 		}
 	}
 	w.lifeMu.Unlock()
@@ -238,6 +248,16 @@ func (w *worker) endGeneration(end *ending) uint64 {
 		w.cancelRead()
 	}
 	return gen
+}
+
+// joinBarrier makes a closing subscription's barrier wait for this shard (passBarrier), unless
+// the shard passed already. Called with lifeMu held.
+func (w *worker) joinBarrier(b *sync.WaitGroup) {
+	if w.passed || w.barrier != nil {
+		return
+	}
+	w.barrier = b
+	b.Add(1)
 }
 
 // lose ends the shard after its lease was lost: no further checkpoint, and nothing more
@@ -320,9 +340,9 @@ var doneContext = func() context.Context {
 	return ctx
 }()
 
-// outstanding counts a shard's deliveries handed to the consumer and not yet settled. A
-// drain waits on a condition, not a poll: the decrement that brings the count to zero wakes
-// it.
+// outstanding counts a shard's deliveries handed to the consumer and not yet settled
+// (worker.out), or its hand-outs under way (worker.handing). A drain waits on a condition, not
+// a poll: the decrement that brings the count to zero wakes it.
 type outstanding struct {
 	n    atomic.Int64
 	zero atomic.Pointer[chan struct{}] // set by a waiting drain; closed by whoever reaches zero

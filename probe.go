@@ -20,6 +20,12 @@ type probeSet struct {
 	// deadline was checked for it: a moment before, except for a send into Messages that waited
 	// for room in the channel, which completes when the consumer takes a record.
 	handedOut func(m *Message, checked time.Time)
+	// checked is called between a delivery's last check (the deadline, its shard's generation
+	// or drain) and its hand-out: for a Process job before its handler's call, for a record of
+	// All before it is yielded, for the first record of a Batch of Batches. It is where a
+	// stalled process has let a record pass its checks and not yet handed it out. Tests only;
+	// the fleet simulation leaves it nil.
+	checked func(m *Message)
 	// step is called at named steps of the lease protocol (see the call sites), in the
 	// goroutine that takes them.
 	step func(name, shard string, t lease.Tenure)
@@ -64,6 +70,12 @@ func (p *probeSet) handOut(m *Message) {
 func (p *probeSet) handOutChecked(m *Message, checked time.Time) {
 	if p != nil && p.handedOut != nil {
 		p.handedOut(m, checked)
+	}
+}
+
+func (p *probeSet) passed(m *Message) {
+	if p != nil && p.checked != nil {
+		p.checked(m)
 	}
 }
 

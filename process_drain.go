@@ -12,7 +12,9 @@ import "context"
 // still starts when it fills such a gap: a job of the generation with a higher watermark index
 // was acked, or runs. The others are given back at once (a drain waits for nothing it need not
 // run: a key's later records, a record waiting out its backoff above everything handled). A
-// seek or a lost lease ends the run at once: nothing more starts.
+// seek or a lost lease ends the run at once: nothing more starts. A job that passed its checks
+// counts as a hand-out under way until its handler has it (handing, process_seam.go): the
+// drain releases the lease only once none is, since the next owner reads at once.
 
 // mayStart reports whether j may start now. Called with p.mu held, for every job: a run can be
 // over only once its generation ended (stale, an atomic load), so the rest is checked then.

@@ -7,7 +7,8 @@ import (
 
 // What Process needs from a shard's lifecycle, and nothing else. Process (process.go) never
 // looks at a worker's fields: it asks a Message whether its shard moved on (stale), for the
-// contexts of its generation (staleContext, runContext), gives back a delivery it will not
+// contexts of its generation (staleContext, runContext), counts a job between its checks and
+// its handler's call (handing, handed), gives back a delivery it will not
 // handle (abandon), and publishes what Shards shows (setProcessStatus, processStatus). The
 // contexts are those of the shard's generation (lifecycle.go): invalidate ends them.
 
@@ -45,6 +46,23 @@ func (m *Message) abandon() {
 	}
 	if w := m.shard(); w != nil {
 		w.out.done(1)
+	}
+}
+
+// handing counts m as a hand-out under way, from before its last checks until its handler has
+// it (handed): a drain ends the shard's hand-outs and then waits for none to be under way before
+// the lease is released or the heartbeat row dropped (shard.go). Counted before the checks,
+// so that a drain that finds none counted knows that any later one checks after the end.
+func (m *Message) handing() {
+	if w := m.shard(); w != nil {
+		w.handing.add(1)
+	}
+}
+
+// handed ends what handing began: m reached its handler, or failed its checks.
+func (m *Message) handed() {
+	if w := m.shard(); w != nil {
+		w.handing.done(1)
 	}
 }
 

@@ -142,13 +142,19 @@ func (p *processor) work() {
 				j.result = result{skipped: true}
 				continue
 			}
+			// Counted as a hand-out under way before its checks, until the handler has it: a
+			// drain that ended the shard's hand-outs releases the lease only once none is
+			// counted (process_seam.go).
+			j.m.handing()
 			// Checked again as it starts, whatever was checked as it was taken: a seek since
 			// must find it not started. Only one in the instant between this check and the
 			// handler's call starts, with its ctx already ended (the seek ended it first).
-			if j.m.stale() && !p.mayStartLocked(j.job) {
+			if !p.s.tenure.mayHandOut() || j.m.stale() && !p.mayStartLocked(j.job) {
+				j.m.handed()
 				j.result = result{skipped: true}
 				continue
 			}
+			p.s.cfg.probes.passed(j.m)
 			j.result = p.attempt(j)
 		}
 		first := 0
@@ -333,9 +339,11 @@ func (p *processor) call(j *runJob) (err error) {
 		}
 	}()
 	if j.dead() {
+		j.m.handed()
 		return p.cfg.deadLetter(j.ctx, j.m, j.fail.lastErr)
 	}
 	p.s.cfg.probes.handOut(j.m)
+	j.m.handed()
 	if t := p.s.env.tracing(); t != nil {
 		return t.process(j.ctx, j.m, p.handle)
 	}

@@ -61,12 +61,16 @@ type worker struct {
 	load   *shardMeter // what this holding fetches (load.go)
 
 	// Lifecycle: state and gate change only in lifecycle.go.
-	lifeMu     sync.Mutex
-	st         atomic.Uint32 // a shardState, written with lifeMu held
-	gate       atomic.Uint64 // the generation; deliveries stamped with another are stale
-	work       *work         // the current generation's running work; under lifeMu
-	end        *ending       // set when the shard starts draining; under lifeMu
-	passed     bool          // the shard passed end's Close barrier; under lifeMu
+	lifeMu sync.Mutex
+	st     atomic.Uint32 // a shardState, written with lifeMu held
+	gate   atomic.Uint64 // the generation; deliveries stamped with another are stale
+	work   *work         // the current generation's running work; under lifeMu
+	end    *ending       // set when the shard starts draining; under lifeMu
+	// barrier is a closing subscription's (ending.drained), set when Close ends the shard or
+	// finds it draining after a hand-back; passed: the shard passed it, or will not hold one
+	// up. Both under lifeMu.
+	barrier    *sync.WaitGroup
+	passed     bool
 	lost       chan struct{} // closed when the lease is lost
 	readCtx    context.Context
 	cancelRead context.CancelFunc
@@ -77,6 +81,12 @@ type worker struct {
 	stopKeep    chan struct{}
 	stopOnce    sync.Once
 	out         outstanding // deliveries handed out, not settled
+	// handing counts the hand-outs under way: past their checks and not yet handed to the
+	// consumer's code (Process's jobs, the pull loops' records). A drain releases the lease
+	// only once it reached zero after the shard's hand-outs ended; leftBound: it did not in
+	// time, and the lease was left bound to the heartbeat row, which Close then keeps.
+	handing   outstanding
+	leftBound atomic.Bool
 
 	// Where the reader opens the shard, chosen when the lease was taken (coordinator.go).
 	start     Position
@@ -205,16 +215,17 @@ func (w *worker) life() {
 	w.stopWork()
 }
 
-// passBarrier tells a closing subscription that this shard will not hold up the release of
-// the others (see ending.drained), once.
+// passBarrier tells a closing subscription that this shard will not hold up the drop of its
+// heartbeat row (see ending.drained), once: it wrote its last checkpoint and nothing of it is
+// handed out any more, or it was lost or finished.
 func (w *worker) passBarrier() {
 	w.lifeMu.Lock()
-	end := w.end
+	b := w.barrier
 	passed := w.passed
 	w.passed = true
 	w.lifeMu.Unlock()
-	if end != nil && end.drained != nil && !passed {
-		end.drained.Done()
+	if b != nil && !passed {
+		b.Done()
 	}
 }
 
@@ -320,16 +331,23 @@ func (w *worker) stopKeeping(ctx context.Context) {
 // drain ends a shard handed back or closing: once the deliveries handed out settled (or the
 // drain's time is up), it writes the last checkpoint and releases the lease, so that the next
 // owner resumes right after what was acked, at once; or, with expire, it leaves the lease to
-// expire.
+// expire. A record that passed its checks before the drain ended and has not reached the
+// consumer yet holds the release up: until it has, the next owner could read the shard while
+// it is handed out here. If it does not within the subscription's bound (Close's deadline),
+// the lease is left bound to the heartbeat row, which Close then keeps: peers take the shard
+// only once the row stood still for 3/4 TTL, by when the record was handed out.
 func (w *worker) drain(expire bool) {
 	w.lifeMu.Lock()
 	end := w.end
 	w.lifeMu.Unlock()
+	defer w.passBarrier() // a hand-back's: a closing subscription waits for its release
 	drain, write := end.drain, end.write
+	quietBy := end.write // how long a hand-out under way may hold up the release
 	if end.cause == causeHandBack {
 		var cancel context.CancelFunc
 		drain, cancel = context.WithTimeout(w.env.bgCtx, handBackDrain)
 		defer cancel()
+		quietBy = w.env.bgCtx
 	}
 	w.env.cfg.probes.at("draining", w.id, w.tenureOf())
 	if n := w.out.count(); n > 0 {
@@ -342,6 +360,12 @@ func (w *worker) drain(expire bool) {
 		}
 	}
 	w.stopWork()
+	// Nothing of the shard passes its checks any more (its gate moved, its run is over): what
+	// did before and is still on its way is waited for.
+	if !w.handing.awaitZero(quietBy, w.lost) && w.state() == stateDraining {
+		w.leftBound.Store(true)
+		w.log.Warn("a record that passed its checks has not reached the consumer: the lease is left bound to the heartbeat row", "why", end.why)
+	}
 	if end.cause == causeHandBack { // the last writes' time runs from the drain's end
 		var cancel context.CancelFunc
 		write, cancel = context.WithTimeout(w.env.bgCtx, 2*w.env.cfg.requestTimeout)
@@ -376,6 +400,10 @@ func (w *worker) drain(expire bool) {
 	case expire:
 		w.log.Info("stolen lease left to its previous owner's end", "ttl", w.env.cfg.leaseTTL)
 		w.moveTo(stateReleased, "stolen and not yet read: not released, as its previous owner may still read it")
+	case w.leftBound.Load():
+		err = errors.Join(err, &ShardError{Stream: w.env.stream, Shard: w.id, Op: OpRelease, Err: errors.New(
+			"not released: a record that passed its checks had not reached the consumer; the lease is left bound to the heartbeat row")})
+		w.moveTo(stateReleased, "left bound: a record on its way to the consumer")
 	default:
 		err = errors.Join(err, w.retire(write, end.cause == causeHandBack))
 	}

@@ -333,7 +333,12 @@ func (s *Subscriber) Seeker() *Seeker { return s.seeker }
 // errors of the final checkpoint and release writes, each a *ShardError naming the shard whose
 // checkpoint or release was not written (its deliveries since the last checkpoint are
 // delivered again by the next owner, which takes the shard once its lease expires if it was
-// not released). Every call returns the same result, including after the subscription stopped
+// not released). A shard with a record that passed its checks and had not reached the
+// consumer's code by the deadline is not released either, nor is the heartbeat row deleted
+// (a *ShardError with OpDeleteHeartbeat): the next owner takes it once the row lapses, so
+// that the record is never handed out while another instance reads the shard. Close also
+// waits for a shard handed back for balance and still draining. Every call returns the same
+// result, including after the subscription stopped
 // on its own (its ctx ended, or a fatal error). A nil ctx is context.Background(): Close
 // never refuses.
 func (s *Subscriber) Close(ctx context.Context) error {
@@ -384,7 +389,8 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	// handed out and replays from the checkpoint, so it is dropped rather than delivered.
 	// Each shard then drains and, once all have, releases its lease (ending.release), with
 	// the heartbeat row dropped in between: until the leases are released they count this
-	// owner live anyway, and once they are, peers take them all in one round.
+	// owner live anyway, and once they are, peers take them all in one round. A shard still
+	// draining after a hand-back is waited for too: peers take it the moment the row is gone.
 	ws, _ := s.table.close()
 	var drained sync.WaitGroup
 	release := make(chan struct{})
@@ -393,12 +399,21 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 		drained: &drained, release: release, errs: &errs})
 	s.stopRun()
 	drained.Wait()
-	// Every closing shard wrote its last checkpoint: the heartbeat row may go, and with it the
-	// deadline that would lose them.
+	// Every draining shard wrote its last checkpoint and hands nothing out any more: the
+	// heartbeat row may go, and with it the deadline that would lose them. Unless a record
+	// was still on its way to the consumer when a drain's time ran out: that shard's lease is
+	// left bound, and so is the row, which peers take over once it stood still for 3/4 TTL,
+	// as after a crash; the record was handed out by then.
 	s.stopTenure()
 	<-s.tenureDone
 	s.tenure.resign()
-	errs.add(s.dropHeartbeat(write))
+	if leftBound(ws) {
+		s.log.Warn("heartbeat row left to lapse: a lease is left bound to it")
+		errs.add(&ShardError{Stream: s.stream, Op: OpDeleteHeartbeat, Err: errors.New(
+			"not dropped: a lease is left bound to it, with a record on its way to the consumer; peers take the row over once it lapses")})
+	} else {
+		errs.add(s.dropHeartbeat(write))
+	}
 	close(release)
 	<-s.coordinating
 	s.stopBg() // whatever still writes (a finished shard's release) gives up now
@@ -408,6 +423,16 @@ func (s *Subscriber) stop(ctx context.Context, cause error) {
 	s.closeErr = errors.Join(errs.errs...)
 	s.metrics.stop()
 	close(s.done)
+}
+
+// leftBound reports whether a drain of ws left its lease bound to the heartbeat row (drain).
+func leftBound(ws []*worker) bool {
+	for _, w := range ws {
+		if w.leftBound.Load() {
+			return true
+		}
+	}
+	return false
 }
 
 // fail ends the subscription with a fatal error: the watcher shuts it down (a reader that

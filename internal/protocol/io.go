@@ -116,7 +116,9 @@ type Checkpointed struct {
 }
 
 // ReaderStopped: the shard's reader stopped: after StopReading, or by itself (Finished: it
-// read to SHARD_END and its last checkpoint was written).
+// read to SHARD_END and its last checkpoint was written). It hands nothing more out, and no
+// record for which MayHandOut answered is still on its way to the consumer: the lease may be
+// released next, and its taker reads at once.
 type ReaderStopped struct {
 	Shard    string
 	Finished bool
