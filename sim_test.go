@@ -122,8 +122,8 @@ type simFleet struct {
 	check  *sim.Checker
 	stream string
 	ttl    time.Duration
-	// mixed: the instance in slot 0 runs with twice the others' lease TTL, as in a rolling
-	// change of WithLeaseTTL (ttlOf).
+	// mixed: the instance in slot 0 runs with four times the others' lease TTL, as in a
+	// rolling change of WithLeaseTTL (ttlOf).
 	mixed bool
 	slots []*simInstance
 
@@ -1139,11 +1139,11 @@ func (s *simSinkSums) add(c *sim.Checker) {
 // instance was mid-steal, and claim ticks, timed from the crash or, when no instance ran, from
 // the first that started after it; doubled for crashes that take an instance's watchers down
 // with it (a new watcher first reads the row afresh). Past it, the fleet stalled.
-// ttlOf returns the lease TTL of the instance in slot: in a mixed run, slot 0 runs with twice
-// the others'.
+// ttlOf returns the lease TTL of the instance in slot: in a mixed run, slot 0 runs with four
+// times the others' (a rolling change from 12 s to 3 s, say).
 func (f *simFleet) ttlOf(slot int) time.Duration {
 	if f.mixed && slot == 0 {
-		return 2 * f.ttl
+		return 4 * f.ttl
 	}
 	return f.ttl
 }

@@ -373,8 +373,15 @@ func TestMachineUnknownTake(t *testing.T) {
 // not yielding (their balance rounds are far off); the one below the floor steals one on its
 // balance round: the lease written pending, the change row moved, and it binds
 // and reads the lease only StealWait after the move. The victim, confirming against the change
-// row, has lost the shard by then.
+// row, has lost the shard by then. A thief with a shorter TTL than its victims' waits by the
+// longest TTL their rows note.
 func TestMachineStealWaits(t *testing.T) {
+	for _, thiefTTL := range []time.Duration{3 * time.Second, 1500 * time.Millisecond} {
+		t.Run(thiefTTL.String(), func(t *testing.T) { testMachineStealWaits(t, thiefTTL) })
+	}
+}
+
+func testMachineStealWaits(t *testing.T, thiefTTL time.Duration) {
 	tb := newTable()
 	shards := []string{"s0", "s1", "s2", "s3", "s4", "s5", "s6"}
 	var nodes []*node
@@ -408,6 +415,7 @@ func TestMachineStealWaits(t *testing.T) {
 	require.Len(t, held(a), 4)
 	require.Len(t, held(c), 3)
 	b := newNode(t, tb, "b")
+	b.m = New(Config{Stream: "s", Owner: "b", TTL: thiefTTL, Choose: firstChoice{}})
 	b.autoStop, b.mono = true, a.mono
 	b.step(ShardsListed{Shards: listing(shards)})
 	b.step(Join{Incarnation: 2})

@@ -45,6 +45,7 @@ type exploreCase struct {
 	instances, shards, depth, faults, prefix int
 	timed                                    bool // time may pass at once, and instances pause long
 	records                                  int  // ExploreConfig.Records (0: one)
+	mixed                                    bool // instance 0 at 3 s, the others at 1.5 s (MachinesMixed)
 }
 
 // timed lets a search's choices pass TTL/3 at once, and pause an instance for TTL/2 or a TTL
@@ -55,16 +56,21 @@ func timed(cfg *ExploreConfig) {
 
 // machineSearches are TestExploreMachine's bounded searches (and the mutation check's).
 var machineSearches = []exploreCase{
-	{2, 1, 8, 1, 0, false, 0},  // the joins and first claims racing
-	{2, 1, 5, 1, 40, true, 0},  // a fleet reading its one shard
-	{2, 2, 4, 1, 80, true, 0},  // both shards read
-	{3, 2, 4, 1, 110, true, 0}, // both shards read, an instance idle
-	{2, 1, 6, 0, 40, false, 2}, // two checkpoints of one holding on their way together
+	{2, 1, 8, 1, 0, false, 0, false},  // the joins and first claims racing
+	{2, 1, 5, 1, 40, true, 0, false},  // a fleet reading its one shard
+	{2, 2, 4, 1, 80, true, 0, false},  // both shards read
+	{3, 2, 4, 1, 110, true, 0, false}, // both shards read, an instance idle
+	{2, 1, 6, 0, 40, false, 2, false}, // two checkpoints of one holding on their way together
+	{2, 2, 4, 1, 80, true, 0, true},   // both shards read by instances of different TTLs
 }
 
 // machineSearch is search tc over protocol.Machine.
 func machineSearch(tc exploreCase) ExploreConfig {
-	cfg := exploreConfig(Machines("s", 3*time.Second), tc.instances, tc.shards, tc.depth, tc.faults)
+	cores := Machines("s", 3*time.Second)
+	if tc.mixed {
+		cores = MachinesMixed("s", 3*time.Second)
+	}
+	cfg := exploreConfig(cores, tc.instances, tc.shards, tc.depth, tc.faults)
 	cfg.Prefix, cfg.Records = tc.prefix, tc.records
 	if tc.timed {
 		timed(&cfg)
@@ -104,8 +110,8 @@ func TestExploreMachine(t *testing.T) {
 
 func TestExploreToy(t *testing.T) {
 	for _, tc := range []exploreCase{
-		{2, 1, 8, 1, 0, false, 0},
-		{3, 2, 5, 1, 40, false, 0},
+		{2, 1, 8, 1, 0, false, 0, false},
+		{3, 2, 5, 1, 40, false, 0, false},
 	} {
 		if raceDetector {
 			tc.depth--

@@ -11,31 +11,44 @@ var mutant = flag.String("protosim.mutant", "", "TestCoreMutant: the name of the
 
 // TestCoreMutant is the mutation check's run over a copy of the tree with one mutation of
 // protocol.Machine applied (testdata/mutants, scripts/mutants-core.sh; it runs only with
-// -protosim.mutant): it runs TestSimulatorMachine's 100 seeds once each and counts those that
-// broke a promise, then TestExploreMachine's searches until one finds a broken promise, prints
-// one line of both, and fails when neither caught the mutation (fewer than 2 seeds, no search).
+// -protosim.mutant): it runs TestSimulatorMachine's 100 seeds and TestSimulatorMachineMixedTTL's
+// once each and counts those that broke a promise, then TestExploreMachine's searches until one
+// finds a broken promise, prints one line of both, and fails when neither caught the mutation
+// (fewer than 2 seeds, no search).
 func TestCoreMutant(t *testing.T) {
 	if *mutant == "" {
 		t.Skip("the mutation check's run: scripts/mutants-core.sh (make mutants-core) runs it over a mutated copy")
 	}
-	cfg := DefaultConfig(Machines("s", 3*time.Second))
 	start := time.Now()
-	var broke []uint64
+	var broke, mixed []uint64
 	first := ""
-	for seed := uint64(1); seed <= 100; seed++ {
-		if r := Run(cfg, seed); r.Failed() {
-			broke = append(broke, seed)
-			if first == "" {
-				first = fmt.Sprintf("seed %d: %s", seed, r.Violations[0])
+	for _, fleet := range []struct {
+		cfg   Config
+		broke *[]uint64
+		name  string
+	}{{DefaultConfig(Machines("s", 3*time.Second)), &broke, ""}, {DefaultConfig(MachinesMixed("s", 3*time.Second)), &mixed, " mixed"}} {
+		for seed := uint64(1); seed <= 100; seed++ {
+			if r := Run(fleet.cfg, seed); r.Failed() {
+				*fleet.broke = append(*fleet.broke, seed)
+				if first == "" {
+					first = fmt.Sprintf("seed %d%s: %s", seed, fleet.name, r.Violations[0])
+				}
 			}
 		}
 	}
-	sim := fmt.Sprintf("simulator: %d of 100 seeds broke a promise (%v)", len(broke), time.Since(start).Round(time.Millisecond))
+	sim := fmt.Sprintf("simulator: %d of 100 seeds broke a promise, %d of 100 with mixed TTLs (%v)", len(broke), len(mixed),
+		time.Since(start).Round(time.Millisecond))
 	if len(broke) > 0 {
-		sim += fmt.Sprintf(", seeds %v; first: %s", brief(broke), first)
+		sim += fmt.Sprintf(", seeds %v", brief(broke))
+	}
+	if len(mixed) > 0 {
+		sim += fmt.Sprintf(", mixed %v", brief(mixed))
+	}
+	if first != "" {
+		sim += "; first: " + first
 	}
 	exp := "explorer: no search of " + fmt.Sprint(len(machineSearches)) + " found one"
-	caught := len(broke) >= 2
+	caught := len(broke) >= 2 || len(mixed) >= 2
 	for i, tc := range machineSearches {
 		start := time.Now()
 		r := Explore(machineSearch(tc))
