@@ -358,8 +358,8 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 	var err error
 	note, noted := noteVictim(how.counter+1, how.victim)
 	switch {
-	case how.steal && how.pending && noted && s.stealNote != nil:
-		ok, err = s.stealNote(cctx, key, me, how.counter, ttl, note)
+	case how.steal && how.pending && noted:
+		ok, err = s.cfg.store.StealNote(cctx, key, me, how.counter, ttl, note)
 	case how.steal:
 		ok, err = s.cfg.store.Steal(cctx, key, me, how.counter, ttl)
 	default:

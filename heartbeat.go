@@ -92,13 +92,7 @@ func (s *Subscriber) checkPeers(ctx context.Context) error {
 	if _, err := s.cfg.store.Acquire(cctx, s.leaseKey(protocolRow), protocolOwner, protocolTTL); err != nil {
 		return fmt.Errorf("kinesub: lease store: %w", err)
 	}
-	var rows []lease.Lease
-	var err error
-	if pl, ok := s.cfg.store.(lease.PrefixLister); ok {
-		rows, err = pl.ListPrefix(cctx, s.stream+"/")
-	} else {
-		rows, err = s.cfg.store.List(cctx)
-	}
+	rows, err := s.cfg.store.ListPrefix(cctx, s.stream+"/")
 	if err != nil {
 		return fmt.Errorf("kinesub: lease store: %w", err)
 	}

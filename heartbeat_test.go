@@ -134,7 +134,7 @@ func testHeartbeatCountsOwnerLive(t *testing.T) {
 	eventually(t, 5*time.Second, "6 shards read", func() bool { return reading(sub) == 6 })
 }
 
-// stealCounter counts successful Steals.
+// stealCounter counts successful steals of shards' leases (Steal and StealNote).
 type stealCounter struct {
 	lease.Store
 	steals atomic.Int64
@@ -142,10 +142,20 @@ type stealCounter struct {
 
 func (c *stealCounter) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
 	ok, err := c.Store.Steal(ctx, key, owner, counter, ttl)
-	if ok && !strings.Contains(key, "/~") { // not the change row's bumps
+	c.count(key, ok)
+	return ok, err
+}
+
+func (c *stealCounter) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	ok, err := c.Store.StealNote(ctx, key, owner, counter, ttl, note)
+	c.count(key, ok)
+	return ok, err
+}
+
+func (c *stealCounter) count(key string, ok bool) {
+	if ok && !strings.Contains(key, "/~") { // not the change row's bumps nor heartbeats
 		c.steals.Add(1)
 	}
-	return ok, err
 }
 
 // TestJoinerGetsShareWithoutSteal: an instance joining one that holds every shard gets its
@@ -233,13 +243,13 @@ func testEarlierProtocolRefused(t *testing.T, store lease.Store) {
 func TestLeaseKindsOfRows(t *testing.T) {
 	s := &Subscriber{stream: "orders"}
 	for key, want := range map[string]lease.Kind{
-		s.leaseKey("shardId-000000000007"):            lease.KindShard,
-		s.ownerKeyOf("i0#0a1b2c3d"):                   lease.KindHeartbeat,
-		newChangeRow(lease.NewMemory(), "orders").key: lease.KindChanges,
-		s.leaseKey(protocolRow):                       lease.KindProtocolMark,
-		s.leaseKey(v1OwnerPrefix + "i0"):              lease.KindHeartbeatV1,
-		s.leaseKey("~v3/owner/i0#0a1b2c3d"):           lease.KindOther,
-		s.leaseKey("kinesub-lease-protocol-3"):        lease.KindProtocolMark,
+		s.leaseKey("shardId-000000000007"):     lease.KindShard,
+		s.ownerKeyOf("i0#0a1b2c3d"):            lease.KindHeartbeat,
+		newChangeRow("orders").key:             lease.KindChanges,
+		s.leaseKey(protocolRow):                lease.KindProtocolMark,
+		s.leaseKey(v1OwnerPrefix + "i0"):       lease.KindHeartbeatV1,
+		s.leaseKey("~v3/owner/i0#0a1b2c3d"):    lease.KindOther,
+		s.leaseKey("kinesub-lease-protocol-3"): lease.KindProtocolMark,
 	} {
 		require.Equal(t, want, lease.KindOf(key), key)
 	}

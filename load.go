@@ -14,8 +14,8 @@ import (
 
 // Load is what a subscriber's readers fetch, in bytes and records a second. Every reader
 // counts what it fetches (shardMeter); the subscriber notes the sum on its heartbeat row with
-// each renewal (a Steal at the row's own counter that also writes lease.Lease.Note, when the
-// store is a lease.NoteStealer), so that its peers know it at no extra write. Balancing uses
+// each renewal (a lease.Store.StealNote at the row's own counter, which writes lease.Lease.Note),
+// so that its peers know it at no extra write. Balancing uses
 // the notes to move shards from the most to the least loaded owners (balance.go, planLoad).
 //
 // A rate is what arrived over the last window (the longer of TTL/3 and the balance
@@ -268,13 +268,10 @@ func (b *loadBook) view(seen map[string]*beatSeen) *protocol.LoadIn {
 	return in
 }
 
-// stealHeartbeat renews the heartbeat row: a Steal at its own counter which, when the store
-// keeps notes, also notes the load of the shards held here.
+// stealHeartbeat renews the heartbeat row: a Steal at its own counter that also notes the load
+// of the shards held here.
 func (s *Subscriber) stealHeartbeat(ctx context.Context, key, name string, counter int64, ttl time.Duration) (bool, error) {
-	if s.stealNote == nil || s.env == nil {
-		return s.cfg.store.Steal(ctx, key, name, counter, ttl)
-	}
-	return s.stealNote(ctx, key, name, counter, ttl, s.env.loads.note())
+	return s.cfg.store.StealNote(ctx, key, name, counter, ttl, s.env.loads.note())
 }
 
 // endedBy reports whether the shard's holding ends for cause c.
