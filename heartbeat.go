@@ -76,9 +76,11 @@ func (s *Subscriber) dropHeartbeat(ctx context.Context) error {
 	return nil
 }
 
-// incarnation returns a random name for this process's holding: appended to the owner name.
+// incarnation returns a random name for this process's holding, appended to the owner name: 64
+// bits, 16 hex digits, so that processes started with one WithOwner name do not draw the same
+// (a join that finds its row made already draws again: tenure.go).
 func incarnation() string {
-	var b [4]byte
+	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }

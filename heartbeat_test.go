@@ -254,3 +254,39 @@ func TestLeaseKindsOfRows(t *testing.T) {
 		require.Equal(t, want, lease.KindOf(key), key)
 	}
 }
+
+// TestJoinDrawsAgainOnSameName: two subscribers started with one WithOwner name that draw the
+// same incarnation do not share a heartbeat row: the second finds the row already there and
+// joins under a new incarnation, so the fleet counts two owners and each reads its share. On
+// both stores (the memory one in a synctest bubble).
+func TestJoinDrawsAgainOnSameName(t *testing.T) {
+	t.Run("Memory", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { testJoinDrawsAgainOnSameName(t, lease.NewMemory()) })
+	})
+	t.Run("DynamoDB", func(t *testing.T) { testJoinDrawsAgainOnSameName(t, dynamoStore(t)) })
+}
+
+func testJoinDrawsAgainOnSameName(t *testing.T, store lease.Store) {
+	const same, other = "00000000c0115104", "00000000000000b2"
+	f := newFakeStream("samename", 4)
+	opts := func(draws ...string) []Option {
+		var n atomic.Int32
+		pr := &probeSet{incarnation: func() string { return draws[min(int(n.Add(1))-1, len(draws)-1)] }}
+		return fakeOpts(WithLeaseStore(store), WithOwner("a"), WithBalanceInterval(100*time.Millisecond), withProbes(pr))
+	}
+	first := subscribeFake(t, f, opts(same)...)
+	second := subscribeFake(t, f, opts(same, other)...)
+	require.Equal(t, "a#"+same, first.tenure.owner())
+	require.Equal(t, "a#"+other, second.tenure.owner(), "the second drew a new incarnation")
+	require.Equal(t, second.tenure.owner(), second.cfg.owner)
+	eventually(t, 30*time.Second, "2 shards each", func() bool { return reading(first) == 2 && reading(second) == 2 })
+	require.Equal(t, "a#"+same, first.tenure.owner(), "the first kept its row")
+	require.Equal(t, "a#"+same, readLease(t, store, f.stream, ownerRowPrefix+"a#"+same).Owner)
+}
+
+// TestIncarnation: 64 bits, 16 hex digits.
+func TestIncarnation(t *testing.T) {
+	inc := incarnation()
+	require.Regexp(t, `^[0-9a-f]{16}$`, inc)
+	require.NotEqual(t, inc, incarnation())
+}
