@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/gostream/kinesub/lease"
 )
 
 // Reading the lease table only when it changed.
@@ -28,8 +26,7 @@ import (
 //
 // Every subscriber keeps to the change row whatever its store: a thief that did not move it
 // would leave its victim confirming leases that are no longer its own (tenure.go), so two
-// would read one shard. A claim round lists the stream's rows alone when the store can
-// (lease.PrefixLister), and the whole store otherwise.
+// would read one shard. A claim round lists the stream's rows alone (lease.Store.ListPrefix).
 
 // changesRow is the change row's key after "<stream>/". Shard ids never contain '/', and
 // subscribers that predate the row take it for the lease of a shard they do not list, which
@@ -42,8 +39,7 @@ const changeHold = time.Second
 // changeRow bumps the stream's change row. Bumps that arrive while one is being written are
 // folded into one more write after it.
 type changeRow struct {
-	key    string             // "<stream>/~table/changes"
-	lister lease.PrefixLister // nil: the store lists only all of its rows
+	key string // "<stream>/~table/changes"
 	// pending is what the subscriber knows of the pending leases it saw listed, and of the
 	// moves after them (pending.go).
 	pending pendingNotes
@@ -53,11 +49,9 @@ type changeRow struct {
 	again   bool // another was asked for meanwhile
 }
 
-// newChangeRow returns the change row of stream, listed through store (narrowed: see
-// meteredStore.narrowed) by prefix when it can.
-func newChangeRow(store lease.Store, stream string) *changeRow {
-	lister, _ := store.(lease.PrefixLister)
-	return &changeRow{key: stream + "/" + changesRow, lister: lister}
+// newChangeRow returns the change row of stream.
+func newChangeRow(stream string) *changeRow {
+	return &changeRow{key: stream + "/" + changesRow}
 }
 
 // changed bumps the change row, so that the stream's other subscribers read the lease table

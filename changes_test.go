@@ -163,7 +163,14 @@ func (c *crashable) ListPrefix(ctx context.Context, prefix string) ([]lease.Leas
 	if c.down.Load() {
 		return nil, errCrashed
 	}
-	return c.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
+	return c.Store.ListPrefix(ctx, prefix)
+}
+
+func (c *crashable) List(ctx context.Context) ([]lease.Lease, error) {
+	if c.down.Load() {
+		return nil, errCrashed
+	}
+	return c.Store.List(ctx)
 }
 
 func (c *crashable) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
@@ -171,6 +178,13 @@ func (c *crashable) Steal(ctx context.Context, key, owner string, counter int64,
 		return false, errCrashed
 	}
 	return c.Store.Steal(ctx, key, owner, counter, ttl)
+}
+
+func (c *crashable) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	if c.down.Load() {
+		return false, errCrashed
+	}
+	return c.Store.StealNote(ctx, key, owner, counter, ttl, note)
 }
 
 func (c *crashable) Read(ctx context.Context, key string) (lease.Lease, error) {
@@ -199,6 +213,13 @@ func (c *crashable) Checkpoint(ctx context.Context, key string, h lease.Tenure, 
 		return false, errCrashed
 	}
 	return c.Store.Checkpoint(ctx, key, h, cp)
+}
+
+func (c *crashable) CheckpointOrdered(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
+	if c.down.Load() {
+		return false, errCrashed
+	}
+	return c.Store.CheckpointOrdered(ctx, key, h, cp, n)
 }
 
 func (c *crashable) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
@@ -237,14 +258,28 @@ func TestCrashNoticedThroughPeerWatch(t *testing.T) {
 	})
 }
 
-// plainStore hides every method of a lease store but lease.Store's, as a wrapper that does not
-// pass lease.PrefixLister through does.
-type plainStore struct{ lease.Store }
+// wholeTable is a lease store that cannot list less than every row: its ListPrefix lists the
+// whole store and keeps the rows under the prefix, as lease.Store allows.
+type wholeTable struct{ lease.Store }
 
-// TestChangeRowWithAnyStore: a subscriber whose store cannot list one stream's rows still
-// moves the change row when it joins, steals or releases, and its peers on a store that can
-// rely on it: a thief that did not move it would leave its victim confirming leases no longer
-// its own. It runs in a synctest bubble.
+func (w wholeTable) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	all, err := w.Store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, l := range all {
+		if strings.HasPrefix(l.Key, prefix) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// TestChangeRowWithAnyStore: a subscriber whose store lists every row to list one stream's
+// still moves the change row when it joins, steals or releases, and its peers on a store that
+// lists by prefix rely on it: a thief that did not move it would leave its victim confirming
+// leases no longer its own. It runs in a synctest bubble.
 func TestChangeRowWithAnyStore(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := newCountingLister()
@@ -253,7 +288,7 @@ func TestChangeRowWithAnyStore(t *testing.T) {
 		eventually(t, 5*time.Second, "a reads 2", func() bool { return reading(a) == 2 })
 		synctest.Wait()
 		before := readLease(t, store, f.stream, changesRow).Counter
-		b := subscribeFake(t, f, fakeOpts(WithLeaseStore(plainStore{store}), WithOwner("b"), WithBalanceInterval(time.Hour))...)
+		b := subscribeFake(t, f, fakeOpts(WithLeaseStore(wholeTable{store}), WithOwner("b"), WithBalanceInterval(time.Hour))...)
 		eventually(t, 5*time.Second, "b's join moved the change row", func() bool {
 			return readLease(t, store, f.stream, changesRow).Counter > before
 		})

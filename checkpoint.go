@@ -63,11 +63,11 @@ func (w *worker) setWritten(cp lease.Checkpoint) {
 }
 
 // writeCheckpoint writes cp as the shard's checkpoint, conditional on its holding, and numbered
-// so that a write of this holding applied late changes nothing (lease.OrderedCheckpointer).
+// so that a write of this holding applied late changes nothing (lease.Store.CheckpointOrdered).
 // Called with the flush lock held.
 func (w *worker) writeCheckpoint(ctx context.Context, cp lease.Checkpoint) (bool, error) {
 	w.writes++
-	return w.env.checkpoint(ctx, w.key, w.tenureOf(), cp, w.writes)
+	return w.env.store.CheckpointOrdered(ctx, w.key, w.tenureOf(), cp, w.writes)
 }
 
 // flush writes the watermark to the lease store if it moved since the last write. A fenced

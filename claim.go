@@ -277,8 +277,8 @@ func (c *coordinator) take(ctx context.Context, id string, how takeHow) bool {
 	var err error
 	note, noted := noteVictim(how.Counter+1, lease.Tenure(how.Victim))
 	switch {
-	case how.Steal && how.Pending && noted && s.stealNote != nil:
-		ok, err = s.stealNote(cctx, key, me, how.Counter, ttl, note)
+	case how.Steal && how.Pending && noted:
+		ok, err = s.cfg.store.StealNote(cctx, key, me, how.Counter, ttl, note)
 	case how.Steal:
 		ok, err = s.cfg.store.Steal(cctx, key, me, how.Counter, ttl)
 	default:

@@ -14,20 +14,22 @@ import (
 	"github.com/gostream/kinesub/lease"
 )
 
-// skewedView is a lease store whose List, while skewed is set, shows this owner's shard rows as
+// skewedView is a lease store whose ListPrefix, while skewed is set, shows this owner's shard rows as
 // lapsed, as a table read by a host whose clock runs ahead, or a row whose renewal has not
 // landed yet, shows them. Heartbeat rows are shown as they are.
 type skewedView struct {
 	lease.Store
 	owner  string
 	skewed atomic.Bool
+	shown  atomic.Int64 // listings shown skewed
 }
 
-func (s *skewedView) List(ctx context.Context) ([]lease.Lease, error) {
-	ls, err := s.Store.List(ctx)
+func (s *skewedView) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	ls, err := s.Store.ListPrefix(ctx, prefix)
 	if err != nil || !s.skewed.Load() {
 		return ls, err
 	}
+	s.shown.Add(1)
 	for i, l := range ls {
 		if baseOwner(l.Owner) == s.owner && !strings.Contains(l.Key, "/"+ownerRowPrefix) {
 			ls[i].Expiry = time.Now().Add(-time.Millisecond)
@@ -52,9 +54,11 @@ func TestClaimCountsRunningReaders(t *testing.T) {
 
 		store.skewed.Store(true)
 		for range 20 {
+			bumpChanges(t, store, name, "peer") // so that claim ticks list the table
 			time.Sleep(ttl / 4)
 			require.Equal(t, 3, reading(sub), "shards taken while its rows looked lapsed")
 		}
+		require.Positive(t, store.shown.Load(), "listings shown skewed")
 		store.skewed.Store(false)
 		time.Sleep(2 * ttl)
 		require.Equal(t, 3, reading(sub))
@@ -77,6 +81,18 @@ type stealClock struct {
 
 func (c *stealClock) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
 	ok, err := c.Store.Steal(ctx, key, owner, counter, ttl)
+	c.stolen(ok, key, owner, ttl)
+	return ok, err
+}
+
+// StealNote is Steal, for the pending steals that note their victim.
+func (c *stealClock) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	ok, err := c.Store.StealNote(ctx, key, owner, counter, ttl, note)
+	c.stolen(ok, key, owner, ttl)
+	return ok, err
+}
+
+func (c *stealClock) stolen(ok bool, key, owner string, ttl time.Duration) {
 	if ok && baseOwner(owner) == c.owner && !strings.Contains(key, "/~") {
 		c.mu.Lock()
 		if c.bound == nil {
@@ -90,7 +106,6 @@ func (c *stealClock) Steal(ctx context.Context, key, owner string, counter int64
 		}
 		c.mu.Unlock()
 	}
-	return ok, err
 }
 
 func (c *stealClock) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
@@ -189,6 +204,18 @@ type blockedSteal struct {
 }
 
 func (b *blockedSteal) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	return b.StealNote(ctx, key, owner, counter, ttl, "")
+}
+
+// StealNote holds the first steal of a shard's lease, with a note or without: an empty note
+// is a Steal.
+func (b *blockedSteal) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	steal := func(ctx context.Context) (bool, error) {
+		if note == "" {
+			return b.stealClock.Steal(ctx, key, owner, counter, ttl)
+		}
+		return b.stealClock.StealNote(ctx, key, owner, counter, ttl, note)
+	}
 	first := false
 	if !strings.Contains(key, "/~") {
 		b.once.Do(func() { first = true })
@@ -196,9 +223,9 @@ func (b *blockedSteal) Steal(ctx context.Context, key, owner string, counter int
 	if first {
 		close(b.stealing)
 		<-b.proceed
-		return b.stealClock.Steal(context.WithoutCancel(ctx), key, owner, counter, ttl)
+		return steal(context.WithoutCancel(ctx))
 	}
-	return b.stealClock.Steal(ctx, key, owner, counter, ttl)
+	return steal(ctx)
 }
 
 // TestStealAnsweredDuringClose: a steal whose answer arrives once Close has begun does not

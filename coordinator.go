@@ -190,13 +190,8 @@ func (c *coordinator) look(ctx context.Context) (v *view, sent time.Time, err er
 	}
 	change := l.Counter
 	s.changes.pending.changeRead(sent, time.Now(), change)
-	var all []lease.Lease
 	listed := time.Now()
-	if s.changes.lister != nil {
-		all, err = s.changes.lister.ListPrefix(cctx, s.stream+"/")
-	} else {
-		all, err = s.cfg.store.List(cctx)
-	}
+	all, err := s.cfg.store.ListPrefix(cctx, s.stream+"/")
 	if err != nil {
 		return nil, sent, err
 	}

@@ -28,8 +28,12 @@ func (c *cutBeats) Steal(ctx context.Context, key, owner string, counter int64, 
 	return c.Store.Steal(ctx, key, owner, counter, ttl)
 }
 
-func (c *cutBeats) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	return c.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
+// StealNote is how a subscriber renews its heartbeat row.
+func (c *cutBeats) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	if c.cut.Load() && strings.Contains(key, "/"+ownerRowPrefix) {
+		return false, errors.New("heartbeat renewal cut off")
+	}
+	return c.Store.StealNote(ctx, key, owner, counter, ttl, note)
 }
 
 // TestPausedPastDeadlineHandsOutNothing: a process paused past its readers' deadline (every
@@ -154,10 +158,6 @@ func (h *holdDrop) Release(ctx context.Context, key string, t lease.Tenure) (boo
 		<-h.resume
 	}
 	return ok, err
-}
-
-func (h *holdDrop) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	return h.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
 }
 
 // TestCloseDuringHandBackHandsOutNothing: Close drops the heartbeat row, after which peers take

@@ -446,14 +446,16 @@ func TestLostLeaseViaStoreThrottling(t *testing.T) {
 type hangingCheckpoints struct {
 	lease.Store
 	hang atomic.Bool
+	hung atomic.Int64 // writes that hung
 }
 
-func (h *hangingCheckpoints) Checkpoint(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint) (bool, error) {
+func (h *hangingCheckpoints) CheckpointOrdered(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
 	if h.hang.Load() {
+		h.hung.Add(1)
 		<-ctx.Done()
 		return false, ctx.Err()
 	}
-	return h.Store.Checkpoint(ctx, key, t, cp)
+	return h.Store.CheckpointOrdered(ctx, key, t, cp, n)
 }
 
 // TestLostLeaseNotFromSlowCheckpoints: checkpoint writes that hang for longer than the lease
@@ -486,6 +488,7 @@ func TestLostLeaseNotFromSlowCheckpoints(t *testing.T) {
 			require.True(t, l.Held(time.Now()), "lease expired while its checkpoint write hung")
 		}
 		require.Zero(t, errs.count(func(err error) bool { return errors.Is(err, ErrLeaseLost) }))
+		require.Positive(t, store.hung.Load(), "a checkpoint write hung")
 
 		store.hang.Store(false)
 		eventually(t, 5*time.Second, "checkpoint after the store recovers", func() bool {

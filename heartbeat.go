@@ -76,9 +76,11 @@ func (s *Subscriber) dropHeartbeat(ctx context.Context) error {
 	return nil
 }
 
-// incarnation returns a random name for this process's holding: appended to the owner name.
+// incarnation returns a random name for this process's holding, appended to the owner name: 64
+// bits, 16 hex digits, so that processes started with one WithOwner name do not draw the same
+// (a join that finds its row made already draws again: tenure.go).
 func incarnation() string {
-	var b [4]byte
+	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
@@ -92,13 +94,7 @@ func (s *Subscriber) checkPeers(ctx context.Context) error {
 	if _, err := s.cfg.store.Acquire(cctx, s.leaseKey(protocolRow), protocolOwner, protocolTTL); err != nil {
 		return fmt.Errorf("kinesub: lease store: %w", err)
 	}
-	var rows []lease.Lease
-	var err error
-	if pl, ok := s.cfg.store.(lease.PrefixLister); ok {
-		rows, err = pl.ListPrefix(cctx, s.stream+"/")
-	} else {
-		rows, err = s.cfg.store.List(cctx)
-	}
+	rows, err := s.cfg.store.ListPrefix(cctx, s.stream+"/")
 	if err != nil {
 		return fmt.Errorf("kinesub: lease store: %w", err)
 	}

@@ -134,7 +134,7 @@ func testHeartbeatCountsOwnerLive(t *testing.T) {
 	eventually(t, 5*time.Second, "6 shards read", func() bool { return reading(sub) == 6 })
 }
 
-// stealCounter counts successful Steals.
+// stealCounter counts successful steals of shards' leases (Steal and StealNote).
 type stealCounter struct {
 	lease.Store
 	steals atomic.Int64
@@ -142,10 +142,20 @@ type stealCounter struct {
 
 func (c *stealCounter) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
 	ok, err := c.Store.Steal(ctx, key, owner, counter, ttl)
-	if ok && !strings.Contains(key, "/~") { // not the change row's bumps
+	c.count(key, ok)
+	return ok, err
+}
+
+func (c *stealCounter) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	ok, err := c.Store.StealNote(ctx, key, owner, counter, ttl, note)
+	c.count(key, ok)
+	return ok, err
+}
+
+func (c *stealCounter) count(key string, ok bool) {
+	if ok && !strings.Contains(key, "/~") { // not the change row's bumps nor heartbeats
 		c.steals.Add(1)
 	}
-	return ok, err
 }
 
 // TestJoinerGetsShareWithoutSteal: an instance joining one that holds every shard gets its
@@ -233,14 +243,50 @@ func testEarlierProtocolRefused(t *testing.T, store lease.Store) {
 func TestLeaseKindsOfRows(t *testing.T) {
 	s := &Subscriber{stream: "orders"}
 	for key, want := range map[string]lease.Kind{
-		s.leaseKey("shardId-000000000007"):            lease.KindShard,
-		s.ownerKeyOf("i0#0a1b2c3d"):                   lease.KindHeartbeat,
-		newChangeRow(lease.NewMemory(), "orders").key: lease.KindChanges,
-		s.leaseKey(protocolRow):                       lease.KindProtocolMark,
-		s.leaseKey(v1OwnerPrefix + "i0"):              lease.KindHeartbeatV1,
-		s.leaseKey("~v3/owner/i0#0a1b2c3d"):           lease.KindOther,
-		s.leaseKey("kinesub-lease-protocol-3"):        lease.KindProtocolMark,
+		s.leaseKey("shardId-000000000007"):     lease.KindShard,
+		s.ownerKeyOf("i0#0a1b2c3d"):            lease.KindHeartbeat,
+		newChangeRow("orders").key:             lease.KindChanges,
+		s.leaseKey(protocolRow):                lease.KindProtocolMark,
+		s.leaseKey(v1OwnerPrefix + "i0"):       lease.KindHeartbeatV1,
+		s.leaseKey("~v3/owner/i0#0a1b2c3d"):    lease.KindOther,
+		s.leaseKey("kinesub-lease-protocol-3"): lease.KindProtocolMark,
 	} {
 		require.Equal(t, want, lease.KindOf(key), key)
 	}
+}
+
+// TestJoinDrawsAgainOnSameName: two subscribers started with one WithOwner name that draw the
+// same incarnation do not share a heartbeat row: the second finds the row already there and
+// joins under a new incarnation, so the fleet counts two owners and each reads its share. On
+// both stores (the memory one in a synctest bubble).
+func TestJoinDrawsAgainOnSameName(t *testing.T) {
+	t.Run("Memory", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { testJoinDrawsAgainOnSameName(t, lease.NewMemory()) })
+	})
+	t.Run("DynamoDB", func(t *testing.T) { testJoinDrawsAgainOnSameName(t, dynamoStore(t)) })
+}
+
+func testJoinDrawsAgainOnSameName(t *testing.T, store lease.Store) {
+	const same, other = "00000000c0115104", "00000000000000b2"
+	f := newFakeStream("samename", 4)
+	opts := func(draws ...string) []Option {
+		var n atomic.Int32
+		pr := &probeSet{incarnation: func() string { return draws[min(int(n.Add(1))-1, len(draws)-1)] }}
+		return fakeOpts(WithLeaseStore(store), WithOwner("a"), WithBalanceInterval(100*time.Millisecond), withProbes(pr))
+	}
+	first := subscribeFake(t, f, opts(same)...)
+	second := subscribeFake(t, f, opts(same, other)...)
+	require.Equal(t, "a#"+same, first.tenure.owner())
+	require.Equal(t, "a#"+other, second.tenure.owner(), "the second drew a new incarnation")
+	require.Equal(t, second.tenure.owner(), second.cfg.owner)
+	eventually(t, 30*time.Second, "2 shards each", func() bool { return reading(first) == 2 && reading(second) == 2 })
+	require.Equal(t, "a#"+same, first.tenure.owner(), "the first kept its row")
+	require.Equal(t, "a#"+same, readLease(t, store, f.stream, ownerRowPrefix+"a#"+same).Owner)
+}
+
+// TestIncarnation: 64 bits, 16 hex digits.
+func TestIncarnation(t *testing.T) {
+	inc := incarnation()
+	require.Regexp(t, `^[0-9a-f]{16}$`, inc)
+	require.NotEqual(t, inc, incarnation())
 }

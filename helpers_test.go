@@ -528,6 +528,22 @@ func livePeer(t testing.TB, store lease.Store, stream, owner string) (stop func(
 	return stop
 }
 
+// bumpChanges moves stream's change row as owner, a subscriber not running here, does after a
+// change: the subscribers on stream read the table at their next claim tick.
+func bumpChanges(t testing.TB, store lease.Store, stream, owner string) {
+	t.Helper()
+	ctx := context.Background()
+	key := stream + "/" + changesRow
+	c, err := store.Read(ctx, key)
+	require.NoError(t, err)
+	if c.Counter == 0 {
+		_, err = store.Acquire(ctx, key, owner, changeHold)
+	} else {
+		_, err = store.Steal(ctx, key, owner, c.Counter, changeHold)
+	}
+	require.NoError(t, err)
+}
+
 // stealAsPeer takes shard's lease over for owner, a live subscriber not running here, as a
 // thief does: its heartbeat row live, the lease stolen at the counter it has and left pending
 // (the thief would bind it and read only stealWait later), and the change row moved, which the
@@ -538,24 +554,16 @@ func stealAsPeer(t testing.TB, store lease.Store, stream, shard, owner string) (
 	stop = livePeer(t, store, stream, owner)
 	l, err := store.Read(ctx, stream+"/"+shard)
 	require.NoError(t, err)
-	// As a subscriber steals: noting the holding stolen, where the store keeps notes.
+	// As a subscriber steals: noting the holding stolen.
 	var ok bool
 	note, noted := noteVictim(l.Counter+1, l.Tenure())
-	if ns, canNote := store.(lease.NoteStealer); canNote && noted {
-		ok, err = ns.StealNote(ctx, l.Key, owner, l.Counter, pendingTTL, note)
+	if noted {
+		ok, err = store.StealNote(ctx, l.Key, owner, l.Counter, pendingTTL, note)
 	} else {
 		ok, err = store.Steal(ctx, l.Key, owner, l.Counter, pendingTTL)
 	}
 	require.NoError(t, err)
 	require.True(t, ok, "steal of %s", shard)
-	change := stream + "/" + changesRow
-	c, err := store.Read(ctx, change)
-	require.NoError(t, err)
-	if c.Counter == 0 {
-		_, err = store.Acquire(ctx, change, owner, changeHold)
-	} else {
-		_, err = store.Steal(ctx, change, owner, c.Counter, changeHold)
-	}
-	require.NoError(t, err)
+	bumpChanges(t, store, stream, owner)
 	return stop
 }

@@ -83,19 +83,6 @@ type meteredStore struct {
 
 var _ lease.Store = meteredStore{}
 
-// narrowed returns the metered store as a lease.Store that implements the optional interface
-// lease.PrefixLister exactly when the store it meters does: a caller that asks for it gets an
-// answer true of the user's store.
-func (c meteredStore) narrowed() lease.Store {
-	if _, ok := c.s.(lease.PrefixLister); ok {
-		return meteredLister{c}
-	}
-	return c
-}
-
-// meteredLister adds lease.PrefixLister to a metered store.
-type meteredLister struct{ meteredStore }
-
 func (c meteredStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Acquire")
 	start := time.Now()
@@ -112,16 +99,11 @@ func (c meteredStore) Steal(ctx context.Context, key, owner string, counter int6
 	return ok, err
 }
 
-// stealNote is Steal that also writes note on the lease when the store keeps notes
-// (lease.NoteStealer), and a plain Steal otherwise. Counted as lease.Steal either way.
-func (c meteredStore) stealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
-	ns, ok := c.s.(lease.NoteStealer)
-	if !ok {
-		return c.Steal(ctx, key, owner, counter, ttl)
-	}
+// StealNote is counted as lease.Steal.
+func (c meteredStore) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Steal")
 	start := time.Now()
-	ok, err := ns.StealNote(ctx, key, owner, counter, ttl, note)
+	ok, err := c.s.StealNote(ctx, key, owner, counter, ttl, note)
 	c.m.req.record(ctx, "lease.Steal", start, err)
 	return ok, err
 }
@@ -143,17 +125,11 @@ func (c meteredStore) Checkpoint(ctx context.Context, key string, t lease.Tenure
 	return ok, err
 }
 
-// checkpoint writes a shard's checkpoint: as the holding's write number n when the store
-// keeps a holding's writes in order (lease.OrderedCheckpointer), with Checkpoint otherwise.
-// Counted as lease.Checkpoint either way.
-func (c meteredStore) checkpoint(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
-	o, ordered := c.s.(lease.OrderedCheckpointer)
-	if !ordered {
-		return c.Checkpoint(ctx, key, t, cp)
-	}
+// CheckpointOrdered is counted as lease.Checkpoint.
+func (c meteredStore) CheckpointOrdered(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.Checkpoint")
 	start := time.Now()
-	ok, err := o.CheckpointOrdered(ctx, key, t, cp, n)
+	ok, err := c.s.CheckpointOrdered(ctx, key, t, cp, n)
 	c.m.req.record(ctx, "lease.Checkpoint", start, err)
 	c.m.checkpointWritten(ctx, strings.TrimPrefix(key, c.prefix), ok, err)
 	return ok, err
@@ -183,12 +159,11 @@ func (c meteredStore) List(ctx context.Context) ([]lease.Lease, error) {
 	return ls, err
 }
 
-// ListPrefix implements lease.PrefixLister for a store that does, counted as lease.List: one
-// stream's rows are what a subscriber lists.
-func (c meteredLister) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+// ListPrefix is counted as lease.List: one stream's rows are what a subscriber lists.
+func (c meteredStore) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
 	ctx = c.m.leaseCapacity(ctx, "lease.List")
 	start := time.Now()
-	ls, err := c.s.(lease.PrefixLister).ListPrefix(ctx, prefix)
+	ls, err := c.s.ListPrefix(ctx, prefix)
 	c.m.req.record(ctx, "lease.List", start, err)
 	return ls, err
 }

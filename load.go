@@ -15,8 +15,8 @@ import (
 
 // Load is what a subscriber's readers fetch, in bytes and records a second. Every reader
 // counts what it fetches (shardMeter); the subscriber notes the sum on its heartbeat row with
-// each renewal (a Steal at the row's own counter that also writes lease.Lease.Note, when the
-// store is a lease.NoteStealer), so that its peers know it at no extra write. Balancing uses
+// each renewal (a lease.Store.StealNote at the row's own counter, which writes lease.Lease.Note),
+// so that its peers know it at no extra write. Balancing uses
 // the notes to move shards from the most to the least loaded owners (balance.go, planLoad).
 //
 // A rate is what arrived over the last window (the longer of TTL/3 and the balance
@@ -269,14 +269,11 @@ func (b *loadBook) view(seen map[string]*beatSeen) *protocol.LoadIn {
 	return in
 }
 
-// stealHeartbeat renews the heartbeat row: a Steal at its own counter which, when the store
-// keeps notes, also notes the load of the shards held here and this subscriber's lease TTL,
-// by which peers judge the row (protocol.NoteTTL).
+// stealHeartbeat renews the heartbeat row: a Steal at its own counter that also notes the load
+// of the shards held here and this subscriber's lease TTL, by which peers judge the row
+// (protocol.NoteTTL).
 func (s *Subscriber) stealHeartbeat(ctx context.Context, key, name string, counter int64, ttl time.Duration) (bool, error) {
-	if s.stealNote == nil || s.env == nil {
-		return s.cfg.store.Steal(ctx, key, name, counter, ttl)
-	}
-	return s.stealNote(ctx, key, name, counter, ttl, protocol.NoteTTL(s.env.loads.note(), s.cfg.leaseTTL))
+	return s.cfg.store.StealNote(ctx, key, name, counter, ttl, protocol.NoteTTL(s.env.loads.note(), s.cfg.leaseTTL))
 }
 
 // noteJoined renews the heartbeat row just joined, at once, so that it notes this subscriber's
@@ -296,8 +293,7 @@ func (s *Subscriber) noteJoined(ctx context.Context) {
 }
 
 // mayTake reports whether claim rounds may take leases: a renewal landed since the heartbeat
-// row was joined, so the row notes this subscriber's TTL (noteJoined; where the store keeps
-// notes).
+// row was joined, so the row notes this subscriber's TTL (noteJoined).
 func (s *Subscriber) mayTake() bool { return s.tenure.noted.Load() }
 
 // endedBy reports whether the shard's holding ends for cause c.

@@ -167,7 +167,7 @@ func WithLeaseStore(s lease.Store) Option {
 }
 
 // WithOwner sets the name this subscriber writes into the leases it holds, followed by "#" and
-// eight hex digits drawn at Subscribe (so the leases say "name#1f2e3d4c"): every Subscribe is
+// sixteen hex digits drawn at Subscribe (so the leases say "name#1f2e3d4c5b6a7988"): every Subscribe is
 // an owner of its own, and a restarted instance never mistakes its predecessor's leases for its
 // own. The default name is "<hostname>-<pid>-<random>". The name must be 1 to 256 characters
 // (Unicode code points) of valid UTF-8.

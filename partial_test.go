@@ -32,9 +32,11 @@ const (
 // flakyStore is a lease store that errors or hangs on demand, as a partitioned or overloaded
 // lease table does. Arm breakAfterRenew to switch to a mode right after the next successful
 // heartbeat renewal: the worst moment for an owner, whose leases then live longest in its own
-// eyes.
+// eyes. With noNotes set, its StealNote writes no note (a Steal), as a subscriber of a version
+// that noted no load: a fleet with such an owner balances by count, and so by steals.
 type flakyStore struct {
 	lease.Store
+	noNotes         bool
 	mode            atomic.Int32
 	breakAfterRenew atomic.Int32 // a storeMode to switch to after the next heartbeat renewal; 0: none
 	lastRenewSent   atomic.Int64 // unix nanoseconds of the last heartbeat renewal's call
@@ -66,13 +68,27 @@ func (f *flakyStore) Acquire(ctx context.Context, key, owner string, ttl time.Du
 	return f.Store.Acquire(ctx, key, owner, ttl)
 }
 
-// Steal notes the heartbeat renewals: a Steal of an owner's own heartbeat row (tenure.go).
 func (f *flakyStore) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
 	if err := f.gate(ctx); err != nil {
 		return false, err
 	}
+	return f.Store.Steal(ctx, key, owner, counter, ttl)
+}
+
+// StealNote notes the heartbeat renewals: a StealNote of an owner's own heartbeat row
+// (tenure.go).
+func (f *flakyStore) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	if err := f.gate(ctx); err != nil {
+		return false, err
+	}
 	sent := time.Now()
-	ok, err := f.Store.Steal(ctx, key, owner, counter, ttl)
+	var ok bool
+	var err error
+	if f.noNotes {
+		ok, err = f.Store.Steal(ctx, key, owner, counter, ttl)
+	} else {
+		ok, err = f.Store.StealNote(ctx, key, owner, counter, ttl, note)
+	}
 	if ok && err == nil && strings.HasSuffix(key, "/"+ownerRowPrefix+owner) {
 		f.lastRenewSent.Store(sent.UnixNano())
 		if m := f.breakAfterRenew.Swap(0); m != 0 {
@@ -88,6 +104,13 @@ func (f *flakyStore) Checkpoint(ctx context.Context, key string, h lease.Tenure,
 		return false, err
 	}
 	return f.Store.Checkpoint(ctx, key, h, cp)
+}
+
+func (f *flakyStore) CheckpointOrdered(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
+	if err := f.gate(ctx); err != nil {
+		return false, err
+	}
+	return f.Store.CheckpointOrdered(ctx, key, h, cp, n)
 }
 
 func (f *flakyStore) Read(ctx context.Context, key string) (lease.Lease, error) {
@@ -109,6 +132,13 @@ func (f *flakyStore) List(ctx context.Context) ([]lease.Lease, error) {
 		return nil, err
 	}
 	return f.Store.List(ctx)
+}
+
+func (f *flakyStore) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	if err := f.gate(ctx); err != nil {
+		return nil, err
+	}
+	return f.Store.ListPrefix(ctx, prefix)
 }
 
 func (f *flakyStore) Delete(ctx context.Context, key string, counter int64) (bool, error) {
@@ -167,13 +197,15 @@ func owned(sub *Subscriber) []string {
 // failing just after a successful renewal, the worst moment; C joins and steals one of A's
 // shards at once. A keeps reading until its renewal deadline (2/3 TTL after that renewal), so
 // C must wait at least that long before it reads: no instant may see both deliver the shard.
-// In a synctest bubble, delivery times are exact.
+// A notes no load, so that the fleet balances by count and C steals rather than being handed a
+// shard back. In a synctest bubble, delivery times are exact.
 func TestStealNeverOverlapsFailingVictim(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const ttl = 3 * time.Second
 		f := newFakeStream("steal", 4)
 		mem := lease.NewMemory()
 		storeA := newFlakyStore(mem)
+		storeA.noNotes = true
 		opts := func(store lease.Store, owner string, extra ...Option) []Option {
 			return fakeOpts(append([]Option{WithLeaseStore(store), WithOwner(owner), WithLeaseTTL(ttl),
 				WithInitialPosition(Horizon())}, extra...)...)

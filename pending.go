@@ -106,7 +106,7 @@ func (c *coordinator) bumpPending(ctx context.Context) bool {
 //
 // A pending lease's wait protects one holder only: the last that bound the lease (its
 // victim). The holders in between took it pending and never read it. So a pending steal notes
-// on the lease, in the same write (lease.NoteStealer), the holding it was written at and the
+// on the lease, in the same write (lease.Store.StealNote), the holding it was written at and the
 // victim: the holding it stole when that was bound, or the victim the pending holding it stole
 // noted. A taker that finds the victim stopped (its heartbeat row gone or taken over, as for
 // the owner of a bound lease: claim.go) has nobody to wait for, and takes the lease bound and

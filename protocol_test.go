@@ -43,7 +43,7 @@ func (l laggingIndex) List(ctx context.Context) ([]lease.Lease, error) {
 }
 
 func (l laggingIndex) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	all, err := l.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
+	all, err := l.Store.ListPrefix(ctx, prefix)
 	return l.drop(all), err
 }
 
@@ -123,7 +123,7 @@ func (s skewedClock) List(ctx context.Context) ([]lease.Lease, error) {
 }
 
 func (s skewedClock) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
-	all, err := s.Store.(lease.PrefixLister).ListPrefix(ctx, prefix)
+	all, err := s.Store.ListPrefix(ctx, prefix)
 	for i := range all {
 		all[i] = s.shift(all[i])
 	}

@@ -223,7 +223,6 @@ func (r *fleetRun) earlierPeer(owner, note string) {
 	ok, err := r.store.Acquire(context.Background(), key, owner, time.Hour)
 	require.NoError(r.t, err)
 	require.True(r.t, ok)
-	ns := r.store.(lease.NoteStealer)
 	r.wg.Add(1)
 	go func() { // waited for by end
 		defer r.wg.Done()
@@ -236,7 +235,7 @@ func (r *fleetRun) earlierPeer(owner, note string) {
 			case <-tick.C:
 			}
 			if l, err := r.store.Read(r.ctx, key); err == nil && l.Owner == owner {
-				_, _ = ns.StealNote(r.ctx, key, owner, l.Counter, time.Hour, note)
+				_, _ = r.store.StealNote(r.ctx, key, owner, l.Counter, time.Hour, note)
 			}
 		}
 	}()

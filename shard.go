@@ -38,12 +38,9 @@ type shardEnv struct {
 	announce  func(context.Context) error // bumps it, and says whether it did
 	fence     func()                      // fences the Messages dispatcher (dispatch.go)
 	fail      func(error)                 // ends the subscription with a fatal error
-	// checkpoint writes a checkpoint, numbered within its holding when the store keeps them in
-	// order (meteredStore.checkpoint).
-	checkpoint func(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error)
-	loads      *loadBook       // what the shards held here fetch (load.go)
-	forget     func(w *worker) // the shard's life is over (coordinator.go)
-	source     func(w *worker) shardSource
+	loads     *loadBook                   // what the shards held here fetch (load.go)
+	forget    func(w *worker)             // the shard's life is over (coordinator.go)
+	source    func(w *worker) shardSource
 }
 
 // loggerFor returns the logger of shard id.
@@ -112,7 +109,7 @@ type worker struct {
 
 	// Checkpoint writes (checkpoint.go).
 	flushSem    chan struct{}    // held while a checkpoint write runs; waits end with ctx
-	writes      int64            // checkpoint writes sent in this holding (lease.OrderedCheckpointer); under flushSem
+	writes      int64            // checkpoint writes sent in this holding (lease.Store.CheckpointOrdered); under flushSem
 	endTried    bool             // a SHARD_END write was sent in this holding (finish); under flushSem
 	written     lease.Checkpoint // the newest checkpoint in the store, as far as this worker knows
 	shown       atomic.Pointer[lease.Checkpoint]

@@ -116,7 +116,7 @@ type simFleet struct {
 	strict bool // missed goals fail the run too (-sim.strict, simGoalSeeds)
 	rng    *rand.Rand
 	prof   simProfile
-	notes  bool // the store keeps notes (lease.NoteStealer): the fleet balances by load once measured
+	notes  bool // the store keeps notes (StealNote writes them): the fleet balances by load once measured
 	srv    *kinesistest.Server
 	table  *sim.Table
 	check  *sim.Checker
@@ -346,7 +346,7 @@ func (in *simInstance) start() {
 	client := &sim.Client{T: f.table, Name: in.name, Skew: in.skew, Gate: r.gate, Faults: r.faults}
 	var store lease.Store = client
 	if !f.notes {
-		store = simNoNotes{client, client, client}
+		store = simNoNotes{client}
 	}
 	cfg := f.srv.Config()
 	cfg.Credentials = aws.AnonymousCredentials{}
@@ -560,12 +560,14 @@ func laneJobs(p *processor) map[string]int {
 	return out
 }
 
-// simNoNotes is the simulated store without lease.NoteStealer: a fleet on it balances by
-// count, and so steals leases for balance (by load, shards move by hand-back only).
-type simNoNotes struct {
-	lease.Store
-	lease.PrefixLister
-	lease.OrderedCheckpointer
+// simNoNotes is the simulated store with notes dropped: its StealNote is a Steal, which leaves
+// the note as it was, so heartbeat rows carry no load and pending leases no victim, as in a
+// table shared with subscribers that wrote none. A fleet on it balances by count, and so
+// steals leases for balance (by load, shards move by hand-back only).
+type simNoNotes struct{ lease.Store }
+
+func (s simNoNotes) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, _ string) (bool, error) {
+	return s.Store.Steal(ctx, key, owner, counter, ttl)
 }
 
 func (r *simRun) delivery(m *Message) sim.Delivery {

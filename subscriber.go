@@ -44,9 +44,6 @@ type Subscriber struct {
 	del    *delivery    // readers → consumer: the hand-off and the Messages dispatcher (dispatch.go)
 	errs   *reporter    // Errors
 	fleet  fleetFigures // the fleet's size, for the metrics (scale.go)
-	// stealNote renews the heartbeat row, noting the load on it where the store keeps notes
-	// (load.go).
-	stealNote func(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error)
 
 	runCtx  context.Context // ends when the subscription stops reading
 	stopRun context.CancelFunc
@@ -122,8 +119,8 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	}
 	client = meteredKinesis{k: client, r: m.req}
 	metered := meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
-	cfg.store = metered.narrowed()
-	changes := newChangeRow(cfg.store, ref.name)
+	cfg.store = metered
+	changes := newChangeRow(ref.name)
 	s := &Subscriber{
 		metrics:      m,
 		cfg:          cfg,
@@ -167,10 +164,9 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 		hand: s.del.hand, metrics: m, bgCtx: s.bgCtx, runCtx: s.runCtx, done: s.done,
 		report: s.report, reportAll: s.reportAll, changed: s.changed, announce: s.announce, fence: s.del.fenceDispatch,
 		fail: s.fail, forget: s.coord.forget, source: s.sourceFor, log: s.log,
-		checkpoint: metered.checkpoint, tracer: newTracer(cfg.tracerProvider, ref.name),
-		loads: newLoadBook(s.cfg.leaseTTL, s.cfg.balanceInterval),
+		tracer: newTracer(cfg.tracerProvider, ref.name),
+		loads:  newLoadBook(s.cfg.leaseTTL, s.cfg.balanceInterval),
 	}
-	s.stealNote = metered.stealNote
 	s.del.hand.tenure = s.tenure
 	s.del.hand.util = s.env.loads.util
 	if err := s.join(ctx, false); err != nil {

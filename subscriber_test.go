@@ -221,6 +221,13 @@ func (b *blackhole) Steal(ctx context.Context, key, owner string, counter int64,
 	return b.Store.Steal(ctx, key, owner, counter, ttl)
 }
 
+func (b *blackhole) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	if b.cut.Load() {
+		return false, b.fail()
+	}
+	return b.Store.StealNote(ctx, key, owner, counter, ttl, note)
+}
+
 func (b *blackhole) Read(ctx context.Context, key string) (lease.Lease, error) {
 	if b.cut.Load() {
 		return lease.Lease{}, b.fail()
@@ -249,6 +256,13 @@ func (b *blackhole) Checkpoint(ctx context.Context, key string, h lease.Tenure, 
 	return b.Store.Checkpoint(ctx, key, h, cp)
 }
 
+func (b *blackhole) CheckpointOrdered(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
+	if b.cut.Load() {
+		return false, b.fail()
+	}
+	return b.Store.CheckpointOrdered(ctx, key, h, cp, n)
+}
+
 func (b *blackhole) Release(ctx context.Context, key string, h lease.Tenure) (bool, error) {
 	if b.cut.Load() {
 		return false, b.fail()
@@ -268,6 +282,13 @@ func (b *blackhole) List(ctx context.Context) ([]lease.Lease, error) {
 		return nil, b.fail()
 	}
 	return b.Store.List(ctx)
+}
+
+func (b *blackhole) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
+	if b.cut.Load() {
+		return nil, b.fail()
+	}
+	return b.Store.ListPrefix(ctx, prefix)
 }
 
 // TestTakeoverAfterExpiry: a subscriber cut off from the lease table stops reading before its

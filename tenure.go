@@ -220,42 +220,70 @@ func (t *tenure) holding() lease.Tenure {
 	return t.row
 }
 
-// join takes the heartbeat row anew: at Subscribe, or after a peer took it over (this
-// subscriber was taken for dead), under a new incarnation of the owner name. A new name, and so
-// a new row, means that no write sent under the old one (a renewal applied late, say) can ever
-// land on the new row.
+// joinDraws bounds the incarnations one join draws: a second one already means that 64 random
+// bits matched another process's.
+const joinDraws = 3
+
+// join makes a heartbeat row anew: at Subscribe, or after a peer took it over (this subscriber
+// was taken for dead), under a new incarnation of the owner name. A new name, and so a new row,
+// means that no write sent under the old one (a renewal applied late, say) can ever land on the
+// new row. The row must be one this join made: a row of the name already there is another
+// process's that drew the same incarnation under the same WithOwner name (or one a peer took
+// over), and sharing it, both would count as one owner and take each other's leases for their
+// own. So a join that finds one draws a new incarnation.
 func (s *Subscriber) join(ctx context.Context, rename bool) error {
 	t := s.tenure
 	name, key := t.self()
-	if rename {
-		name = s.cfg.ownerBase + "#" + s.cfg.probes.newIncarnation()
-		key = s.ownerKeyOf(name)
+	for draw := 1; ; draw++ {
+		if rename || draw > 1 {
+			name = s.cfg.ownerBase + "#" + s.cfg.probes.newIncarnation()
+			key = s.ownerKeyOf(name)
+		}
+		sent := time.Now()
+		l, made, err := s.makeHeartbeat(ctx, key, name)
+		if err != nil {
+			return err
+		}
+		if !made {
+			if draw < joinDraws {
+				continue
+			}
+			return fmt.Errorf("heartbeat row %s is held by another process with the owner name %s", key, name)
+		}
+		t.mu.Lock()
+		t.name, t.key, t.row = name, key, l.Tenure()
+		// No shard is held here yet (or any more, after the row was lost): there is nothing to
+		// confirm until the first reading of the leases.
+		t.restarted(t.d.Joined(sent, time.Now()))
+		t.mu.Unlock()
+		if !rename {
+			s.cfg.owner = name // Subscribe's join: nothing runs beside it yet
+		}
+		s.table.setOwner(name)
+		return nil
 	}
-	sent := time.Now()
+}
+
+// makeHeartbeat writes heartbeat row key for owner name where it is absent, and reads it back
+// strongly. made reports whether the row is the one a create makes: held by name, at counter 1
+// (lease.Store's Acquire of an absent lease). Acquire also takes a row that name holds already,
+// or one that lapsed, and moves its counter past 1; it refuses a row another owner holds (a
+// peer took the name's row over). Such rows were made by another process: made is false.
+func (s *Subscriber) makeHeartbeat(ctx context.Context, key, name string) (l lease.Lease, made bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout)
 	defer cancel()
-	ok, err := s.cfg.store.Acquire(cctx, key, name, t.ttl)
-	if err == nil && !ok {
-		err = fmt.Errorf("heartbeat row %s is held by another process with the owner name %s", key, name)
+	ok, err := s.cfg.store.Acquire(cctx, key, name, s.tenure.ttl)
+	if err != nil || !ok {
+		return lease.Lease{}, false, err
 	}
-	if err != nil {
-		return err
-	}
-	l, err := s.cfg.store.Read(cctx, key)
-	if err != nil {
-		return err
+	// The read back: the counter, which Acquire does not return, and whether the row is new.
+	if l, err = s.cfg.store.Read(cctx, key); err != nil {
+		return lease.Lease{}, false, err
 	}
 	if l.Owner != name {
-		return fmt.Errorf("heartbeat row %s taken over as it was made", key)
+		return lease.Lease{}, false, fmt.Errorf("heartbeat row %s taken over as it was made", key)
 	}
-	t.mu.Lock()
-	t.name, t.key, t.row = name, key, l.Tenure()
-	// No shard is held here yet (or any more, after the row was lost): there is nothing to
-	// confirm until the first reading of the leases.
-	t.restarted(t.d.Joined(sent, time.Now()))
-	t.mu.Unlock()
-	s.table.setOwner(name)
-	return nil
+	return l, l.Counter == 1, nil
 }
 
 // keepTenure renews the heartbeat row and confirms the leases every TTL/3 until ctx ends, and

@@ -360,9 +360,9 @@ type countingStore struct {
 	checkpoints atomic.Int64
 }
 
-func (c *countingStore) Checkpoint(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint) (bool, error) {
+func (c *countingStore) CheckpointOrdered(ctx context.Context, key string, h lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
 	c.checkpoints.Add(1)
-	return c.Store.Checkpoint(ctx, key, h, cp)
+	return c.Store.CheckpointOrdered(ctx, key, h, cp, n)
 }
 
 // kinesubPass subscribes from the oldest record, acks every message as it arrives and closes

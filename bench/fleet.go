@@ -60,6 +60,13 @@ func (s *cutStore) Steal(ctx context.Context, key, owner string, counter int64, 
 	return s.Memory.Steal(ctx, key, owner, counter, ttl)
 }
 
+func (s *cutStore) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	if s.cut.Load() {
+		return false, errCut
+	}
+	return s.Memory.StealNote(ctx, key, owner, counter, ttl, note)
+}
+
 func (s *cutStore) Renew(ctx context.Context, key string, t lease.Tenure, ttl time.Duration) (bool, error) {
 	if s.cut.Load() {
 		return false, errCut

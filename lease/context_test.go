@@ -15,22 +15,26 @@ import (
 // client: a call that got past the check would fail otherwise).
 func TestNilContext(t *testing.T) {
 	var ctx context.Context // nil, as a caller's variable would hold it
-	type store interface {
-		lease.Store
-		lease.PrefixLister
-	}
 	dynamo := lease.NewDynamoDB(nil, "leases")
 	held := lease.Tenure{Owner: "o", Counter: 1}
 	for _, tc := range []struct {
 		name string
-		s    store
+		s    lease.Store
 	}{{"Memory", lease.NewMemory()}, {"DynamoDB", dynamo}} {
 		calls := map[string]func() error{
 			"Acquire": func() error { _, err := tc.s.Acquire(ctx, "s/k", "o", time.Second); return err },
 			"Steal":   func() error { _, err := tc.s.Steal(ctx, "s/k", "o", 1, time.Second); return err },
-			"Renew":   func() error { _, err := tc.s.Renew(ctx, "s/k", held, time.Second); return err },
+			"StealNote": func() error {
+				_, err := tc.s.StealNote(ctx, "s/k", "o", 1, time.Second, "n")
+				return err
+			},
+			"Renew": func() error { _, err := tc.s.Renew(ctx, "s/k", held, time.Second); return err },
 			"Checkpoint": func() error {
 				_, err := tc.s.Checkpoint(ctx, "s/k", held, lease.Checkpoint{Sequence: "1"})
+				return err
+			},
+			"CheckpointOrdered": func() error {
+				_, err := tc.s.CheckpointOrdered(ctx, "s/k", held, lease.Checkpoint{Sequence: "1"}, 1)
 				return err
 			},
 			"Read":       func() error { _, err := tc.s.Read(ctx, "s/k"); return err },

@@ -54,12 +54,8 @@ type dynamoAPI interface {
 }
 
 var (
-	_ dynamoAPI    = (*dynamodb.Client)(nil)
-	_ PrefixLister = (*DynamoDB)(nil)
-	_ PrefixLister = (*Memory)(nil)
-
-	_ OrderedCheckpointer = (*DynamoDB)(nil)
-	_ NoteStealer         = (*DynamoDB)(nil)
+	_ dynamoAPI = (*dynamodb.Client)(nil)
+	_ Store     = (*DynamoDB)(nil)
 )
 
 // DynamoDB is a Store kept in a DynamoDB table, one item per lease, for several processes
@@ -156,7 +152,7 @@ func (d *DynamoDB) Steal(ctx context.Context, key, owner string, counter int64, 
 		"#counter = :counter", values)
 }
 
-// StealNote implements NoteStealer: Steal, setting lease_note in the same write.
+// StealNote implements Store: Steal, setting lease_note in the same write.
 func (d *DynamoDB) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
 	if err := d.check(ctx, "DynamoDB.StealNote", key, owner, ttl, true, ttlOrZero); err != nil {
 		return false, err
@@ -221,7 +217,7 @@ func (d *DynamoDB) Checkpoint(ctx context.Context, key string, t Tenure, cp Chec
 		})
 }
 
-// CheckpointOrdered implements OrderedCheckpointer: one UpdateItem conditional on the holding
+// CheckpointOrdered implements Store: one UpdateItem conditional on the holding
 // and on checkpoint_order (the holding's counter and n, in one number) not being above this
 // write's; when that fails, a strongly consistent read tells a newer write of the holding
 // (true) from a holding that is over (false).

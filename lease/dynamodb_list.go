@@ -197,7 +197,7 @@ func (d *DynamoDB) List(ctx context.Context) ([]Lease, error) {
 	return d.scan(ctx, &dynamodb.ScanInput{TableName: aws.String(d.table), ConsistentRead: aws.Bool(true)}, false)
 }
 
-// ListPrefix implements PrefixLister. Leases come sorted by key. With the index ACTIVE and a
+// ListPrefix implements Store. Leases come sorted by key. With the index ACTIVE and a
 // prefix that has a stream part (a '/'), it reads only the prefix's items, unless a Scan of
 // the table costs less; otherwise it scans the table with a filter on the key, which DynamoDB
 // applies after reading (and billing) every item. See the top of this file.

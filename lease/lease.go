@@ -8,8 +8,10 @@
 // shard.
 //
 // Two stores implement Store: Memory, for a single process (tests, a tool run once), and
-// DynamoDB, for several processes sharing one table; kinesub.Subscribe needs one of them. Both
-// pass the same conformance suite (package leasetest).
+// DynamoDB, for several processes sharing one table; kinesub.Subscribe needs a Store. Both
+// pass the same conformance suite (package leasetest), which a store of your own, or a wrapper
+// of one, can run too. Ordered checkpoints (CheckpointOrdered), notes (StealNote) and listing
+// by prefix (ListPrefix) are part of Store, so that a wrapper cannot lose them unseen.
 package lease
 
 import (
@@ -53,7 +55,7 @@ type Lease struct {
 	Counter int64
 	// Checkpoint is where the lease's shard was read to.
 	Checkpoint Checkpoint
-	// Note is the text the last StealNote wrote (NoteStealer), empty if none did; no other
+	// Note is the text the last StealNote wrote, empty if none did; no other
 	// write changes it. kinesub notes each subscriber's measured load on its heartbeat row,
 	// and, on a lease it steals pending, the holder the steal's wait protects.
 	Note string
@@ -95,13 +97,19 @@ func (l Lease) Held(now time.Time) bool {
 // before any I/O.
 //
 // The boolean results report ownership, not failure: false means another owner holds the
-// lease (Acquire), it changed since the caller saw it (Steal, Delete), or the caller's holding
-// is over (Renew, Checkpoint, Release). An error means the store could not be asked; the
-// write may or may not have been applied.
+// lease (Acquire), it changed since the caller saw it (Steal, StealNote, Delete), or the
+// caller's holding is over (Renew, Checkpoint, CheckpointOrdered, Release). An error means the
+// store could not be asked; the write may or may not have been applied.
 //
 // A TTL is either positive, for a lease that lapses unless renewed, or zero, for one that
 // never lapses: held until released, stolen or deleted (a subscriber ties such leases to a
 // heartbeat row of its own, renewed with a TTL, and peers steal them once that row lapsed).
+//
+// kinesub calls every method but Checkpoint and List, which tools use (importers, listings of
+// the whole table). A wrapper of a Store (metrics, tracing, fault injection) that embeds
+// Store forwards every method; one that overrides a method to observe or change what a
+// subscriber does overrides the method kinesub calls: CheckpointOrdered for checkpoints,
+// StealNote beside Steal (heartbeat renewals, pending steals), ListPrefix for listings.
 type Store interface {
 	// Acquire takes the lease for owner, for ttl, when nobody holds it (absent, released,
 	// expired) or owner already does; it adds one to the counter. It returns false while
@@ -112,6 +120,13 @@ type Store interface {
 	// adds one to the counter, and returns false when the counter differs or the lease is
 	// absent.
 	Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error)
+	// StealNote is Steal that also sets the lease's Note to note (at most MaxNote bytes;
+	// longer is an error wrapping ErrInvalidArgument), in the same write. kinesub renews its
+	// heartbeat row with a StealNote at the row's own counter, noting there the load its
+	// readers measure, so that peers balance by load at no extra write; a steal of a shard's
+	// lease for balance notes whose reading its wait protects, so that a later taker need not
+	// wait for a holder that stopped.
+	StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error)
 	// Renew extends the holding t to now+ttl (ttl > 0); the counter is unchanged. It never
 	// moves the expiry back: when the lease already lapses later (a renewal sent after this one
 	// arrived first, or this one arrives late), it changes nothing and reports true. It returns
@@ -119,8 +134,22 @@ type Store interface {
 	Renew(ctx context.Context, key string, t Tenure, ttl time.Duration) (bool, error)
 	// Checkpoint records cp as the lease's checkpoint, conditional on the holding t; the
 	// counter is unchanged. It returns false when t is over (fenced). An empty sequence or a
-	// negative sub-sequence is an error wrapping ErrInvalidArgument.
+	// negative sub-sequence is an error wrapping ErrInvalidArgument. kinesub writes its
+	// checkpoints with CheckpointOrdered.
 	Checkpoint(ctx context.Context, key string, t Tenure, cp Checkpoint) (bool, error)
+	// CheckpointOrdered records cp as Checkpoint does, conditional on the holding t, unless the
+	// lease records a checkpoint written in holding t with a higher write number than n: then
+	// it changes nothing and reports true, since the holding is current and its newer checkpoint
+	// stands. The same n may be written again (a retry). n runs from 1 to MaxCheckpointWrite;
+	// another n, an empty sequence or a negative sub-sequence is an error wrapping
+	// ErrInvalidArgument. A Checkpoint write forgets the order: any n is applied after it.
+	//
+	// A write that times out for its sender may still be applied later, even after the
+	// sender's next write (DynamoDB's documentation says as much of any write): with
+	// Checkpoint, such a late write would move the checkpoint back, and the shard's next owner
+	// would deliver again what was acknowledged between the two. kinesub numbers the
+	// checkpoint writes of each holding 1, 2, 3… and writes them all with CheckpointOrdered.
+	CheckpointOrdered(ctx context.Context, key string, t Tenure, cp Checkpoint, n int64) (bool, error)
 	// Read returns the lease, or a zero Lease with only Key set when there is none.
 	Read(ctx context.Context, key string) (Lease, error)
 	// Release ends the holding t at once, keeping the checkpoint, and adds one to the
@@ -129,6 +158,12 @@ type Store interface {
 	Release(ctx context.Context, key string, t Tenure) (bool, error)
 	// List returns every lease in the store.
 	List(ctx context.Context) ([]Lease, error)
+	// ListPrefix returns the leases whose keys start with prefix, sorted by key. An empty
+	// prefix is an error wrapping ErrInvalidArgument. kinesub lists "<stream name>/" to read
+	// one stream's rows of a table that several streams share (DynamoDB reads only those rows
+	// through its index when that is cheaper than a Scan of the table). A store that cannot
+	// list less than every row lists them all and keeps those with the prefix.
+	ListPrefix(ctx context.Context, prefix string) ([]Lease, error)
 	// Delete removes the lease, provided its counter still equals counter (as observed by
 	// Read or List) and nobody holds it: released, never held, or expired at now. It returns
 	// false otherwise, and when the lease is absent. A deleted lease is absent: Read returns a
@@ -139,44 +174,12 @@ type Store interface {
 	Delete(ctx context.Context, key string, counter int64) (bool, error)
 }
 
-// PrefixLister is implemented by stores that can list the leases whose keys start with a
-// prefix: kinesub lists "<stream name>/" to read one stream's rows of a table that several
-// streams share (DynamoDB reads only those rows through its index when that is cheaper than a
-// Scan of the table). Both stores here implement it. A subscriber whose store does not lists
-// the whole store every second instead (see kinesub's README).
+// PrefixLister is the part of Store that lists by prefix. Every Store implements it.
+//
+// Deprecated: ListPrefix is part of Store; use Store.
 type PrefixLister interface {
-	// ListPrefix returns the leases whose keys start with prefix, sorted by key. An empty
-	// prefix is an error wrapping ErrInvalidArgument.
+	// ListPrefix is Store.ListPrefix.
 	ListPrefix(ctx context.Context, prefix string) ([]Lease, error)
-}
-
-// OrderedCheckpointer is implemented by stores that keep one holding's checkpoint writes in
-// the order they were sent. A write that times out for its sender may still be applied later,
-// even after the sender's next write (DynamoDB's documentation says as much of any write):
-// with Checkpoint, such a late write moves the checkpoint back, and the shard's next owner
-// delivers again what was acknowledged between the two. kinesub numbers the checkpoint writes
-// of each holding 1, 2, 3… and writes them with CheckpointOrdered when the store has it. Both
-// stores here implement it.
-type OrderedCheckpointer interface {
-	// CheckpointOrdered records cp as Checkpoint does, conditional on the holding t, unless the
-	// lease records a checkpoint written in holding t with a higher write number than n: then
-	// it changes nothing and reports true, since the holding is current and its newer checkpoint
-	// stands. The same n may be written again (a retry). n runs from 1 to MaxCheckpointWrite;
-	// another n, an empty sequence or a negative sub-sequence is an error wrapping
-	// ErrInvalidArgument. A Checkpoint write forgets the order: any n is applied after it.
-	CheckpointOrdered(ctx context.Context, key string, t Tenure, cp Checkpoint, n int64) (bool, error)
-}
-
-// NoteStealer is implemented by stores that keep a short note on a lease, written with the
-// Steal that moves its counter: kinesub renews its heartbeat row with a Steal at the row's own
-// counter, and notes there, in the same write, the load its readers measure, so that peers
-// balance by load at no extra write; a steal of a shard's lease for balance notes whose reading
-// its wait protects, so that a later taker need not wait for a holder that stopped. Both
-// stores here implement it.
-type NoteStealer interface {
-	// StealNote is Steal that also sets the lease's Note to note (at most MaxNote bytes;
-	// longer is an error wrapping ErrInvalidArgument).
-	StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error)
 }
 
 // MaxNote is the longest Note StealNote takes, in bytes.

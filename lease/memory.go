@@ -25,10 +25,7 @@ type memLease struct {
 	order int64 // the order of the last CheckpointOrdered write (checkpointOrder); 0: none
 }
 
-var (
-	_ OrderedCheckpointer = (*Memory)(nil)
-	_ NoteStealer         = (*Memory)(nil)
-)
+var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
@@ -123,7 +120,7 @@ func (m *Memory) Steal(ctx context.Context, key, owner string, counter int64, tt
 	return m.steal(ctx, "Memory.Steal", key, owner, counter, ttl, nil)
 }
 
-// StealNote implements NoteStealer.
+// StealNote implements Store.
 func (m *Memory) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
 	return m.steal(ctx, "Memory.StealNote", key, owner, counter, ttl, &note)
 }
@@ -201,7 +198,7 @@ func (m *Memory) Checkpoint(ctx context.Context, key string, t Tenure, cp Checkp
 	return true, nil
 }
 
-// CheckpointOrdered implements OrderedCheckpointer.
+// CheckpointOrdered implements Store.
 func (m *Memory) CheckpointOrdered(ctx context.Context, key string, t Tenure, cp Checkpoint, n int64) (bool, error) {
 	if err := checkContext(ctx, "Memory.CheckpointOrdered"); err != nil {
 		return false, err
@@ -310,7 +307,7 @@ func (m *Memory) List(ctx context.Context) ([]Lease, error) {
 	return out, nil
 }
 
-// ListPrefix implements PrefixLister. Leases come sorted by key.
+// ListPrefix implements Store. Leases come sorted by key.
 func (m *Memory) ListPrefix(ctx context.Context, prefix string) ([]Lease, error) {
 	if err := checkContext(ctx, "Memory.ListPrefix"); err != nil {
 		return nil, err

@@ -68,7 +68,7 @@
 //
 //   - Balancing by load: the Machine balances by count (BalanceIn.Load is nil); no load is
 //     noted on the heartbeat row (its renewal is a plain Steal).
-//   - Victim notes (lease.NoteStealer): a pending steal notes nothing, and a pending lease whose
+//   - Victim notes (lease.Store.StealNote): a pending steal notes nothing, and a pending lease whose
 //     victim stopped is waited for like any other.
 //   - The guard against other lease protocols (ErrIncompatibleLeaseTable) and the protocol
 //     mark row; the cleanup of finished shards' rows trimmed from the listing.

@@ -20,7 +20,7 @@ type Row struct {
 	// Checkpoint is where the shard was read to, opaque to the protocol but for Finished.
 	Checkpoint string
 	Finished   bool   // the checkpoint is SHARD_END
-	Note       string // lease.NoteStealer's note
+	Note       string // the note lease.Store.StealNote writes
 }
 
 // Tenure is one holding of a row: its owner and counter (lease.Tenure).

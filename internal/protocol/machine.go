@@ -10,7 +10,7 @@ import (
 // Config is what a Machine is built with.
 type Config struct {
 	Stream string        // the stream's name: the prefix of every row's key
-	Owner  string        // WithOwner's name; the owner name is Owner#<8 hex digits of Join.Incarnation>
+	Owner  string        // WithOwner's name; the owner name is Owner#<16 hex digits of Join.Incarnation>
 	TTL    time.Duration // the lease TTL
 	// Balance is the balance interval (default 2 × TTL).
 	Balance time.Duration

@@ -2,10 +2,11 @@ package protocol
 
 import "strconv"
 
-// OwnerName returns the owner name of incarnation inc of owner: owner#<8 hex digits>.
+// OwnerName returns the owner name of incarnation inc of owner: owner#<16 hex digits>. 64 bits,
+// so that instances started with one owner name do not draw the same incarnation.
 func OwnerName(owner string, inc uint64) string {
-	h := strconv.FormatUint(inc&0xffffffff, 16)
-	for len(h) < 8 {
+	h := strconv.FormatUint(inc, 16)
+	for len(h) < 16 {
 		h = "0" + h
 	}
 	return owner + "#" + h

@@ -194,7 +194,7 @@ func joinedWith(t *testing.T, tb *table, owner string, inc uint64, balance time.
 func TestMachineJoinRenewClaim(t *testing.T) {
 	tb := newTable()
 	n := joined(t, tb, "a", 0x1f, "shard-0")
-	me := "a#0000001f"
+	me := "a#000000000000001f"
 	require.Equal(t, Row{Key: "s/~v2/owner/" + me, Owner: me, Expiry: tb.wall.Add(3 * time.Second), Counter: 2, Note: "ttl/3000"}, tb.rows["s/~v2/owner/"+me])
 	starts := took[StartReading](n)
 	require.Equal(t, []StartReading{{Shard: "shard-0", Tenure: Tenure{Owner: me, Counter: 1}}}, starts)

@@ -9,8 +9,7 @@ import (
 	"github.com/gostream/kinesub/lease"
 )
 
-// Client is one simulated instance's view of the lease table: a lease.Store (and
-// lease.PrefixLister) whose calls go through the instance's gate (paused, cut off, crashed)
+// Client is one simulated instance's view of the lease table: a lease.Store whose calls go through the instance's gate (paused, cut off, crashed)
 // and its fault schedule: latency, answers lost after the write was applied, writes that time
 // out for the caller and are applied later, failures, and index listings that miss rows
 // created in the last moments. Conditions compare with, and expiries count from, the
@@ -23,12 +22,7 @@ type Client struct {
 	Faults *StoreFaults // nil: none
 }
 
-var (
-	_ lease.Store               = (*Client)(nil)
-	_ lease.PrefixLister        = (*Client)(nil)
-	_ lease.OrderedCheckpointer = (*Client)(nil)
-	_ lease.NoteStealer         = (*Client)(nil)
-)
+var _ lease.Store = (*Client)(nil)
 
 // ErrTimeout is what a call whose answer never came returns: the write may have been applied,
 // now or later.
@@ -151,7 +145,7 @@ func (c *Client) Steal(ctx context.Context, key, owner string, counter int64, tt
 	return c.write(ctx, func(now time.Time) op { return stealOp(key, owner, counter, ttl, now) })
 }
 
-// StealNote implements lease.NoteStealer.
+// StealNote implements lease.Store.
 func (c *Client) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
 	if err := checkCall(ctx, "StealNote", key, owner, true); err != nil {
 		return false, err
@@ -198,7 +192,7 @@ func (c *Client) Checkpoint(ctx context.Context, key string, t lease.Tenure, cp 
 	return c.writeCheckpoint(ctx, func(time.Time) op { return checkpointOp(key, t, cp) })
 }
 
-// CheckpointOrdered implements lease.OrderedCheckpointer.
+// CheckpointOrdered implements lease.Store.
 func (c *Client) CheckpointOrdered(ctx context.Context, key string, t lease.Tenure, cp lease.Checkpoint, n int64) (bool, error) {
 	if err := checkCall(ctx, "CheckpointOrdered", key, t.Owner, true); err != nil {
 		return false, err
@@ -262,7 +256,7 @@ func (c *Client) List(ctx context.Context) ([]lease.Lease, error) {
 	return rows, c.Gate.leave(ctx, nil)
 }
 
-// ListPrefix implements lease.PrefixLister, as a query of the index does: an item that
+// ListPrefix implements lease.Store, as a query of the index does: an item that
 // entered the index within the fault's lag is missing.
 func (c *Client) ListPrefix(ctx context.Context, prefix string) ([]lease.Lease, error) {
 	if ctx == nil {

@@ -36,8 +36,8 @@ const (
 )
 
 // Run runs the conformance subtests. newStore is called once per subtest and must return a
-// new, empty store; it may register cleanups with t. A store that implements
-// lease.OrderedCheckpointer is held to it too.
+// new, empty store; it may register cleanups with t. Every method of lease.Store is held to
+// its contract, CheckpointOrdered, StealNote and ListPrefix as well as the others.
 func Run(t *testing.T, newStore func(t *testing.T) lease.Store) {
 	type subtest struct {
 		name string
@@ -69,16 +69,12 @@ func Run(t *testing.T, newStore func(t *testing.T) lease.Store) {
 		{"InvalidArguments", testInvalidArguments},
 		{"SubSequenceRoundTrips", testSubSequence},
 		{"RenewNeverShortens", testRenewNeverShortens},
+		{"CheckpointsInOrder", testCheckpointsInOrder},
+		{"StealNote", testStealNote},
 	}
-	ordered := subtest{"CheckpointsInOrder", testCheckpointsInOrder}
-	for _, tc := range append(tests, ordered) {
+	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newStore(t)
-			if _, ok := s.(lease.OrderedCheckpointer); !ok && tc.name == ordered.name {
-				t.Log("the store does not implement lease.OrderedCheckpointer: nothing to check")
-				return
-			}
-			tc.test(t, s)
+			tc.test(t, newStore(t))
 		})
 	}
 }
@@ -353,17 +349,13 @@ func testList(t *testing.T, s lease.Store) {
 	}
 }
 
-// testListPrefix checks a store that implements lease.PrefixLister lists exactly the keys
-// under a prefix, as List shows them; a store that does not skips nothing else.
+// testListPrefix checks that ListPrefix lists exactly the keys under a prefix, as List shows
+// them.
 func testListPrefix(t *testing.T, s lease.Store) {
-	pl, ok := s.(lease.PrefixLister)
-	if !ok {
-		t.Skipf("%T does not implement lease.PrefixLister", s)
-	}
-	_, err := pl.ListPrefix(ctx(t), "")
+	_, err := s.ListPrefix(ctx(t), "")
 	require.ErrorIs(t, err, lease.ErrInvalidArgument, "ListPrefix with an empty prefix")
 	base := t.Name()
-	empty, err := pl.ListPrefix(ctx(t), base+"/a/")
+	empty, err := s.ListPrefix(ctx(t), base+"/a/")
 	require.NoError(t, err)
 	assert.Empty(t, empty, "ListPrefix of a new store")
 
@@ -376,7 +368,7 @@ func testListPrefix(t *testing.T, s lease.Store) {
 	require.True(t, checkpoint(t, s, a0, held[a0], "100"))
 	require.True(t, release(t, s, a1, held[a1]))
 
-	got, err := pl.ListPrefix(ctx(t), base+"/a/")
+	got, err := s.ListPrefix(ctx(t), base+"/a/")
 	require.NoError(t, err)
 	var keys []string
 	for _, l := range got {
@@ -384,7 +376,7 @@ func testListPrefix(t *testing.T, s lease.Store) {
 		assert.Equal(t, read(t, s, l.Key), l, "ListPrefix and Read disagree on %q", l.Key)
 	}
 	assert.Equal(t, []string{a0, a1}, keys, "keys listed under %q, in order", base+"/a/")
-	got, err = pl.ListPrefix(ctx(t), base+"/ab/")
+	got, err = s.ListPrefix(ctx(t), base+"/ab/")
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	assert.Equal(t, ab0, got[0].Key)

@@ -32,12 +32,11 @@ func testRenewNeverShortens(t *testing.T, s lease.Store) {
 // number is applied again (a retry); a new holding's writes apply whatever their numbers; a
 // fenced write reports false; Checkpoint forgets the order.
 func testCheckpointsInOrder(t *testing.T, s lease.Store) {
-	o := s.(lease.OrderedCheckpointer)
 	k := key(t, "0")
 	c := ctx(t)
 	write := func(h lease.Tenure, seq string, n int64) bool {
 		t.Helper()
-		ok, err := o.CheckpointOrdered(c, k, h, lease.Checkpoint{Sequence: seq}, n)
+		ok, err := s.CheckpointOrdered(c, k, h, lease.Checkpoint{Sequence: seq}, n)
 		require.NoError(t, err, "CheckpointOrdered(%q, %+v, %s, %d)", k, h, seq, n)
 		return ok
 	}
@@ -60,10 +59,10 @@ func testCheckpointsInOrder(t *testing.T, s lease.Store) {
 	assert.Equal(t, "330", seq(read(t, s, k)))
 
 	for _, n := range []int64{0, -1, lease.MaxCheckpointWrite + 1} {
-		_, err := o.CheckpointOrdered(c, k, b, lease.Checkpoint{Sequence: "1"}, n)
+		_, err := s.CheckpointOrdered(c, k, b, lease.Checkpoint{Sequence: "1"}, n)
 		assert.ErrorIs(t, err, lease.ErrInvalidArgument, "write number %d", n)
 	}
-	_, err := o.CheckpointOrdered(c, k, b, lease.Checkpoint{}, 1)
+	_, err := s.CheckpointOrdered(c, k, b, lease.Checkpoint{}, 1)
 	assert.ErrorIs(t, err, lease.ErrInvalidArgument, "empty sequence")
 	assert.Equal(t, "330", seq(read(t, s, k)), "refused writes changed the checkpoint")
 }
