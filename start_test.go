@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gostream/kinesub/internal/testenv"
@@ -287,3 +291,143 @@ func TestChildStartPosition(t *testing.T) {
 
 // synctestEpoch is where the clock of a testing/synctest bubble starts.
 var synctestEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// placingStore is a memory lease store through which a subscriber never takes the lease of
+// key: another subscriber of the table does.
+type placingStore struct {
+	*lease.Memory
+	key string
+}
+
+func (p placingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if key == p.key {
+		return false, nil
+	}
+	return p.Memory.Acquire(ctx, key, owner, ttl)
+}
+
+func (p placingStore) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
+	if key == p.key {
+		return false, nil
+	}
+	return p.Memory.Steal(ctx, key, owner, counter, ttl)
+}
+
+func (p placingStore) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
+	if key == p.key {
+		return false, nil
+	}
+	return p.Memory.StealNote(ctx, key, owner, counter, ttl, note)
+}
+
+// TestFleetStartPositionReachesChildren: in a fleet, the start position reaches the children
+// of a split made before the application started whichever instance takes them. Instance a
+// starts the application, reads the closed parent from the start position (nothing) to its
+// end; instance b, started later, takes a child a never held: it opens it where the
+// application started, not at its oldest record (the children's history from before the
+// start), nor at its own Subscribe (the records published in between).
+func TestFleetStartPositionReachesChildren(t *testing.T) {
+	for _, latest := range []bool{true, false} {
+		name := map[bool]string{true: "latest", false: "timestamp"}[latest]
+		t.Run(name, func(t *testing.T) {
+			s := newStream(t, 1)
+			parent := s.shardIDs()[0]
+			split := time.Now()
+			s.splitShard(parent)
+			testenv.WaitActive(t, s.c, s.name)
+			out, err := s.c.ListShards(context.Background(), &kinesis.ListShardsInput{StreamName: aws.String(s.name)})
+			require.NoError(t, err)
+			var children []types.Shard // the one b takes first
+			for _, sh := range out.Shards {
+				if aws.ToString(sh.ShardId) != parent {
+					children = append(children, sh)
+				}
+			}
+			require.Len(t, children, 2)
+			put := func(what string, n int) map[string]bool {
+				recs := map[string]bool{}
+				for _, ch := range children {
+					for i := range n {
+						d := fmt.Sprintf("%s-%s-%d", what, aws.ToString(ch.ShardId), i)
+						_, err := s.c.PutRecord(context.Background(), &kinesis.PutRecordInput{
+							StreamName: aws.String(s.name), PartitionKey: aws.String(d),
+							ExplicitHashKey: ch.HashKeyRange.StartingHashKey, Data: []byte(d),
+						})
+						require.NoError(t, err)
+						recs[d] = true
+					}
+				}
+				return recs
+			}
+			// kinesalite stamps the records of a split's children no earlier than a second
+			// after the split: until then an old record would look newer than the cut.
+			eventually(t, time.Minute, "the clock past the children's creation", func() bool {
+				return time.Since(split) > 1500*time.Millisecond
+			})
+			put("old", 3)
+			pastTip := func(since time.Time) { // the tip reaches tipSkew back
+				eventually(t, time.Minute, "the records past the tip's reach", func() bool {
+					return time.Since(since) > tipSkew+time.Second
+				})
+			}
+			store := lease.NewMemory()
+			var opts []Option
+			want := map[string]bool{}
+			if latest {
+				pastTip(time.Now())
+			} else {
+				// A cut after the old records and before the others, which are put before
+				// Subscribe: kinesalite does not answer an AT_TIMESTAMP later than a shard's
+				// newest record.
+				cut := time.Now().Add(10 * time.Millisecond)
+				eventually(t, time.Minute, "the clock past the cut", func() bool { return time.Now().After(cut.Add(10 * time.Millisecond)) })
+				maps.Copy(want, put("mid", 2))
+				opts = append(opts, WithInitialPosition(AtTimestamp(cut)))
+			}
+			taken := children[0]
+			a := subscribeT(t, s, testOpts(placingStore{store, s.name + "/" + aws.ToString(taken.ShardId)}, append(opts, WithOwner("a"))...)...)
+			if latest {
+				maps.Copy(want, put("mid", 2))
+			}
+			eventually(t, time.Minute, "a read the parent to its end", func() bool {
+				return readLease(t, store, s.name, parent).Checkpoint.Sequence == lease.ShardEnd
+			})
+			// The finishing write records where the children open: the application's start.
+			start := a.initial()
+			require.Equal(t, time.Unix(0, start.unixNano).UnixMilli(), readLease(t, store, s.name, parent).Checkpoint.SubSequence,
+				"the parent's SHARD_END records the start %v", start)
+			if latest {
+				// b's own tip would skip the records published since a started.
+				pastTip(time.Now())
+			}
+			b := subscribeT(t, s, testOpts(store, append(opts, WithOwner("b"))...)...)
+			eventually(t, time.Minute, "b holds the child a may not take", func() bool {
+				return readLease(t, store, s.name, aws.ToString(taken.ShardId)).Owner == b.cfg.owner
+			})
+			maps.Copy(want, put("new", 2))
+			got, fromB := map[string]bool{}, 0
+			deadline := time.After(time.Minute)
+			for len(got) < len(want) {
+				var m *Message
+				select {
+				case m = <-a.Messages():
+					require.NotNil(t, m, "a's Messages closed: %v", a.Err())
+				case m = <-b.Messages():
+					require.NotNil(t, m, "b's Messages closed: %v", b.Err())
+					if m.ShardID() == aws.ToString(taken.ShardId) {
+						fromB++
+					}
+				case <-deadline:
+					t.Fatalf("%d of %d records delivered: %v", len(got), len(want), got)
+				}
+				d := string(m.Data())
+				require.True(t, want[d], "%s delivered: only what followed the start position", d)
+				got[d] = true
+				require.NoError(t, m.Ack(context.Background()))
+			}
+			// Each shard delivers in order: what it held from before the start would have come
+			// before the rest.
+			require.Equal(t, 4, fromB, "b delivered the child's records from the start on")
+		})
+	}
+}
