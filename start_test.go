@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -212,16 +214,21 @@ func TestStartPositionReachesChildrenOfOldSplit(t *testing.T) {
 	}
 }
 
-// TestChildStartPosition: where a child without checkpoint opens depends on who read its
-// parents to their end. Parents this application never held, closed before it started, pass
-// the start position on (Latest, AtTimestamp), through any number of generations; a parent
-// whose lease shows SHARD_END was read by this application, which must skip nothing after it:
-// the child opens at its oldest record, also when only one of a merge's parents was.
+// TestChildStartPosition: where a child without checkpoint opens depends on how its parents
+// were read to their end. Parents this application never held, closed before it started, pass
+// the start position on (Latest, AtTimestamp), through any number of generations, and so do
+// parents whose SHARD_END records it (read so by another instance, or an earlier process) or
+// that were opened from a marker of it: the child opens at the instant recorded, not at this
+// subscriber's own start. A parent whose SHARD_END records nothing (read from a checkpoint, or
+// by an earlier version) must have nothing after it skipped: the child opens at its oldest
+// record, also when only one of a merge's parents was so read.
 func TestChildStartPosition(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		chain bool     // split the only shard, then split its child; otherwise merge two shards
 		ended []int    // shards whose lease rows show SHARD_END, read by an earlier process
+		endAt []int    // of ended, those whose SHARD_END records the instant 30 minutes ago
+		mark  []int    // shards whose lease rows hold a marker of the instant 30 minutes ago
 		start Position // zero: the default
 		want  []string
 	}{
@@ -232,6 +239,11 @@ func TestChildStartPosition(t *testing.T) {
 		{name: "restart at timestamp", ended: []int{0, 1}, start: AtTimestamp(synctestEpoch.Add(-30 * time.Minute)), want: []string{"c-old", "c-mid", "c-new"}},
 		{name: "one parent read, one never", ended: []int{0}, want: []string{"c-old", "c-mid", "c-new"}},
 		{name: "grandchild of a parent read", chain: true, ended: []int{1}, want: []string{"c-old", "c-mid", "c-new"}},
+		{name: "parents read by another instance", ended: []int{0, 1}, endAt: []int{0, 1}, want: []string{"c-mid", "c-new"}},
+		{name: "one parent read by another instance, one never", ended: []int{0}, endAt: []int{0}, want: []string{"c-mid", "c-new"}},
+		{name: "one parent read by another instance, one from a checkpoint", ended: []int{0, 1}, endAt: []int{0}, want: []string{"c-old", "c-mid", "c-new"}},
+		{name: "grandchild of a parent read by another instance", chain: true, ended: []int{1}, endAt: []int{1}, want: []string{"c-mid", "c-new"}},
+		{name: "restart, parents opened before", mark: []int{0, 1}, want: []string{"c-mid", "c-new"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -251,13 +263,26 @@ func TestChildStartPosition(t *testing.T) {
 				f.add(child, old, "c-old")
 				f.add(child, mid, "c-mid")
 				store := lease.NewMemory()
-				for _, i := range tc.ended {
+				earlier := time.Now().Add(-30 * time.Minute).UnixMilli()
+				row := func(i int, cp lease.Checkpoint) {
 					key := "childstart/" + f.shards[i].id
 					ok, err := store.Acquire(context.Background(), key, "earlier", time.Minute)
 					require.NoError(t, err)
 					require.True(t, ok)
-					storeCheckpoint(t, store, key, lease.ShardEnd)
+					ok, err = store.Checkpoint(context.Background(), key, lease.Tenure{Owner: "earlier", Counter: 1}, cp)
+					require.NoError(t, err)
+					require.True(t, ok)
 					storeRelease(t, store, key, "earlier")
+				}
+				for _, i := range tc.ended {
+					end := lease.Checkpoint{Sequence: lease.ShardEnd}
+					if slices.Contains(tc.endAt, i) {
+						end.SubSequence = earlier
+					}
+					row(i, end)
+				}
+				for _, i := range tc.mark {
+					row(i, lease.Checkpoint{Sequence: lease.AtTimestampPrefix + strconv.FormatInt(earlier, 10)})
 				}
 				opts := fakeOpts(WithLeaseStore(store))
 				if !tc.start.IsZero() {
@@ -430,4 +455,37 @@ func TestFleetStartPositionReachesChildren(t *testing.T) {
 			require.Equal(t, 4, fromB, "b delivered the child's records from the start on")
 		})
 	}
+}
+
+// TestEndCheckpoint: a shard read to its end from a stream-wide instant records the instant on
+// its SHARD_END, and its children open there; one read from anywhere else records nothing,
+// and its children open at their oldest record.
+func TestEndCheckpoint(t *testing.T) {
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name      string
+		start     Position
+		fromStart bool // opened at a stream-wide start, not moved by a seek since
+		want      lease.Checkpoint
+	}{
+		{"at an instant", AtTimestamp(at), true, lease.Checkpoint{Sequence: lease.ShardEnd, SubSequence: at.UnixMilli()}},
+		{"at an instant, moved by a seek", AtTimestamp(at), false, lease.Checkpoint{Sequence: lease.ShardEnd}},
+		{"at the oldest record", Horizon(), true, lease.Checkpoint{Sequence: lease.ShardEnd}},
+		{"after a checkpoint", Position{kind: posAfter, shard: "s", sequence: "1"}, false, lease.Checkpoint{Sequence: lease.ShardEnd}},
+		{"before the epoch", AtTimestamp(time.Unix(-60, 0)), true, lease.Checkpoint{Sequence: lease.ShardEnd}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &worker{start: tc.start}
+			w.fromStart.Store(tc.fromStart)
+			end := w.endCheckpoint()
+			require.Equal(t, tc.want, end)
+			child, ok := childStart(end)
+			require.Equal(t, tc.want.SubSequence > 0, ok)
+			if ok {
+				require.Equal(t, AtTimestamp(at), child)
+			}
+		})
+	}
+	_, ok := childStart(lease.Checkpoint{Sequence: "49600", SubSequence: 3})
+	require.False(t, ok, "a sub-sequence of anything but SHARD_END passes nothing on")
 }
