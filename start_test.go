@@ -317,32 +317,40 @@ func TestChildStartPosition(t *testing.T) {
 // synctestEpoch is where the clock of a testing/synctest bubble starts.
 var synctestEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// placingStore is a memory lease store through which a subscriber never takes the lease of
-// key: another subscriber of the table does.
+// placingStore is a lease store through which a subscriber never takes the lease of key:
+// another subscriber of the table does.
 type placingStore struct {
-	*lease.Memory
+	fullStore
 	key string
+}
+
+// fullStore is a lease store with every optional method, as both stores here have.
+type fullStore interface {
+	lease.Store
+	lease.PrefixLister
+	lease.OrderedCheckpointer
+	lease.NoteStealer
 }
 
 func (p placingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if key == p.key {
 		return false, nil
 	}
-	return p.Memory.Acquire(ctx, key, owner, ttl)
+	return p.fullStore.Acquire(ctx, key, owner, ttl)
 }
 
 func (p placingStore) Steal(ctx context.Context, key, owner string, counter int64, ttl time.Duration) (bool, error) {
 	if key == p.key {
 		return false, nil
 	}
-	return p.Memory.Steal(ctx, key, owner, counter, ttl)
+	return p.fullStore.Steal(ctx, key, owner, counter, ttl)
 }
 
 func (p placingStore) StealNote(ctx context.Context, key, owner string, counter int64, ttl time.Duration, note string) (bool, error) {
 	if key == p.key {
 		return false, nil
 	}
-	return p.Memory.StealNote(ctx, key, owner, counter, ttl, note)
+	return p.fullStore.StealNote(ctx, key, owner, counter, ttl, note)
 }
 
 // TestFleetStartPositionReachesChildren: in a fleet, the start position reaches the children
@@ -352,9 +360,17 @@ func (p placingStore) StealNote(ctx context.Context, key, owner string, counter 
 // application started, not at its oldest record (the children's history from before the
 // start), nor at its own Subscribe (the records published in between).
 func TestFleetStartPositionReachesChildren(t *testing.T) {
-	for _, latest := range []bool{true, false} {
-		name := map[bool]string{true: "latest", false: "timestamp"}[latest]
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		latest bool
+		store  func(t *testing.T) fullStore
+	}{
+		{"latest", true, func(*testing.T) fullStore { return lease.NewMemory() }},
+		{"timestamp", false, func(*testing.T) fullStore { return lease.NewMemory() }},
+		{"timestamp, DynamoDB", false, func(t *testing.T) fullStore { return dynamoStore(t) }},
+	} {
+		latest := tc.latest
+		t.Run(tc.name, func(t *testing.T) {
 			s := newStream(t, 1)
 			parent := s.shardIDs()[0]
 			split := time.Now()
@@ -395,7 +411,7 @@ func TestFleetStartPositionReachesChildren(t *testing.T) {
 					return time.Since(since) > tipSkew+time.Second
 				})
 			}
-			store := lease.NewMemory()
+			store := tc.store(t)
 			var opts []Option
 			want := map[string]bool{}
 			if latest {
