@@ -45,8 +45,8 @@ func pinTip(p Position, now time.Time) Position {
 // except the child of a finished parent, which opens where its parents say (childStart).
 //
 // A shard opened at a stream-wide instant (the initial position, a position passed on by its
-// parents, or a marker recording either), and read from there to its end with no seek moving
-// it, passes that instant on: its SHARD_END write records it (endCheckpoint), so that its
+// parents, or the marker of an instant a previous owner opened it at), and read from there to
+// its end with no seek moving it, passes that instant on: its SHARD_END write records it (endCheckpoint), so that its
 // children open there whichever instance of the application takes them. Every record of a
 // child arrived after its parent closed, so when the parent closed after that instant the
 // child opens at its oldest record anyway, and when it closed before, what the child holds
