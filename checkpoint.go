@@ -97,8 +97,9 @@ func (w *worker) flush(ctx context.Context) error {
 	if w.endTried {
 		// A SHARD_END write of this holding may have landed with its answer lost: nothing
 		// short of it is written after it. Every delivery was settled before it was sent
-		// (finish), so SHARD_END is what every later write of the holding says.
-		cp, dirty = lease.Checkpoint{Sequence: lease.ShardEnd}, true
+		// (finish), so SHARD_END is what every later write of the holding says, with the
+		// instant the children open at as the write that may have landed recorded it.
+		cp, dirty = w.endCheckpoint(), true
 	}
 	if !dirty || cp.Sequence == "" || cp == w.written {
 		return nil

@@ -154,11 +154,12 @@
 // the tip as of the Subscribe call: every record published after Subscribe was called is read,
 // however late a shard's reader opens (WithInitialPosition chooses another place). That
 // position applies to the children of a split or merge whose parents closed before the
-// application started, as to every other shard it starts; a child of a parent this application
-// read from a checkpoint (or another of its instances read to SHARD_END) opens at its oldest
-// record, so nothing after a reshard is skipped. The first
-// reader of a shard records where it opened, so a shard handed over before its first
-// checkpoint is not reopened at a later tip. WithStartAt opens every shard at a stream-wide Position instead (Horizon, Latest,
+// application started, as to every other shard it starts, whichever of its instances takes
+// them: a parent read from the start position to its end records it on its SHARD_END. A
+// child of a parent read from a checkpoint opens at its oldest record, so nothing after a
+// reshard is skipped. The first reader of a shard records where it opened, so a shard handed
+// over (or reopened after a restart) before its first checkpoint is not reopened at a later
+// tip. WithStartAt opens every shard at a stream-wide Position instead (Horizon, Latest,
 // AtTimestamp), ahead of stored checkpoints. A running subscription is repositioned with
 // Seeker.Seek, for example from an admin endpoint (see SeekHandler): a stream-wide position
 // moves every shard and applies to shards opened later; AtSequence moves one shard. Once Seek

@@ -362,17 +362,20 @@ func WithStartAt(p Position) Option {
 // Subscribe was called is read, however late the shard's reader opens (it opens at the
 // records that arrived from then on, reaching 5 s further back for the offset between this
 // host's clock and the service's: a few older records may come too). Horizon() makes a new
-// application read everything retained. Shards with a checkpoint resume after it. p applies to
-// every shard the application starts, the children of a split or merge included: parents
-// without a lease row are read from p (a parent closed before p has nothing there), and a
-// child whose parents this subscriber so read to their end opens at p too, so a new
-// application on a stream split last week does not replay the children's week. A child of a
-// parent read from a checkpoint, or whose lease row showed SHARD_END when this subscriber came
-// to it (written by another instance, or an earlier process), opens at its oldest record, so
-// that nothing after the reshard is skipped; in a fleet started together, a child taken by
-// another instance than the one that read its parents therefore opens there too. The first
-// reader of a shard records where it opened, so a later owner opens there too. p must be
-// stream-wide.
+// application read everything retained. Shards with a checkpoint resume after it. The first
+// reader of a shard records where it opened, so a later owner (another instance, or this one
+// restarted) opens there too, not at its own Subscribe's tip. p must be stream-wide.
+//
+// p applies to every shard the application starts, the children of a split or merge included,
+// in a fleet as in one instance: a parent without a lease row is read from p (a parent closed
+// before p has nothing there), and a parent read from such a start to its end records the
+// instant on its SHARD_END, where its children open whichever instance takes them (and
+// whenever: an instance started or restarted later does not move it to its own Subscribe). So
+// a new application on a stream split last week does not replay the children's week. A child
+// of a parent read from a checkpoint, or moved by a Seek, or whose SHARD_END records no
+// instant (written by an earlier version), opens at its oldest record, so that nothing after
+// the reshard is skipped; of a merge's parents, one such is enough, and otherwise the child
+// opens at the earliest instant its parents record.
 func WithInitialPosition(p Position) Option {
 	return streamWideOption("WithInitialPosition", p, func(c *config) { c.initialPos = &p })
 }

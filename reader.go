@@ -447,7 +447,8 @@ func (r *reader) finish() bool {
 	if !w.state().mayCheckpoint() || !current() {
 		return false
 	}
-	end := lease.Checkpoint{Sequence: lease.ShardEnd}
+	// SHARD_END, and where the children open (startInput).
+	end := w.endCheckpoint()
 	w.endTried = true // from now on every flush writes SHARD_END, whether or not this lands
 	ok, err := w.writeCheckpoint(ctx, end)
 	if err != nil {

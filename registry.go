@@ -23,9 +23,9 @@ type shardTable struct {
 	listed   bool
 	listedAt time.Time
 	finished map[string]bool // read to their end (SHARD_END)
-	// fromStart: shards this subscriber read to their end after opening them at the initial
-	// position; their children open there too (startInput).
-	fromStart map[string]bool
+	// shardEnds: the SHARD_END checkpoint a life here wrote, of each shard it read to its
+	// end, which says where the shard's children open (startInput) until a listing shows it.
+	shardEnds map[string]lease.Checkpoint
 	ended     map[string]time.Time // when the last life here of each shard ended (forget)
 	counters  map[string]int64     // shard → the highest lease counter a life here read under
 	owner     string               // the owner name shards are registered under; "" between incarnations
@@ -51,7 +51,7 @@ func newShardTable(startAt *Position, now time.Time) *shardTable {
 		workers:   make(map[string]*worker),
 		listing:   make(map[string]shardInfo),
 		finished:  make(map[string]bool),
-		fromStart: make(map[string]bool),
+		shardEnds: make(map[string]lease.Checkpoint),
 		ended:     make(map[string]time.Time),
 		counters:  make(map[string]int64),
 		waiting:   make(map[string]string),
@@ -154,8 +154,8 @@ func (t *shardTable) forget(w *worker) {
 	}
 	if w.state() == stateEnded {
 		t.finished[w.id] = true
-		if w.fromStart.Load() {
-			t.fromStart[w.id] = true
+		if cp := w.shown.Load(); cp != nil && cp.Sequence == lease.ShardEnd {
+			t.shardEnds[w.id] = *cp
 		}
 	}
 }

@@ -36,33 +36,36 @@ func pinTip(p Position, now time.Time) Position {
 	return p
 }
 
-// startInput picks where a shard's new reader opens, and reports whether that is the
-// initial position. An installed stream-wide position comes first, once per shard; then the
-// checkpoint (or a position marker a previous owner left). A shard without either opens at
-// the initial position (WithInitialPosition; by default the tip as of Subscribe, so that
-// nothing published after Subscribe was called is skipped however late the shard's reader
-// opens), except the child of a parent this application read to its end from a checkpoint or
-// from the oldest record: that child opens at its oldest record, so that nothing after the
-// reshard is skipped.
+// startInput picks where a shard's new reader opens, and reports whether the shard passes that
+// position on to its children once read to its end (a stream-wide start; see childStart). An
+// installed stream-wide position comes first, once per shard; then the checkpoint (or a
+// position marker a previous owner left). A shard without either opens at the initial
+// position (WithInitialPosition; by default the tip as of Subscribe, so that nothing
+// published after Subscribe was called is skipped however late the shard's reader opens),
+// except the child of a finished parent, which opens where its parents say (childStart).
+//
+// A shard opened at a stream-wide instant (the initial position, a position passed on by its
+// parents, or the marker of an instant a previous owner opened it at), and read from there to
+// its end with no seek moving it, passes that instant on: its SHARD_END write records it (endCheckpoint), so that its
+// children open there whichever instance of the application takes them. Every record of a
+// child arrived after its parent closed, so when the parent closed after that instant the
+// child opens at its oldest record anyway, and when it closed before, what the child holds
+// from before the instant is history the application never asked for: a new application on
+// a stream split last week does not replay the children's week, whichever instance read the
+// parent, and an instance that joins or restarts later opens the child at the instant the
+// application started at, not at its own Subscribe.
 //
 // The rule for a child without checkpoint, parent by parent:
 //
-//   - a parent this subscriber read to its end after opening it at the initial position
-//     (it had no checkpoint: a new application, or a shard it never held) passes the initial
-//     position on. Every record of the child arrived after the parent closed, so when the
-//     parent closed after that position the child opens at its oldest record anyway, and when
-//     it closed before, what the child holds from before the position is history the
-//     application never asked for: a new application on a stream split last week does not
-//     replay the children's week.
-//   - a parent whose lease shows SHARD_END, read by this application from a checkpoint, or by
-//     another instance or an earlier process of it from where it cannot tell, makes the child
-//     open at its oldest record: nothing read to its end is skipped. After a restart, the
-//     child of a parent that ended before the child was first opened is therefore read from
-//     its oldest record.
-//   - a parent gone from the listing (trimmed) gates nothing.
+//   - a parent whose SHARD_END records an instant passes it on;
+//   - a parent whose SHARD_END records none (read from a checkpoint, moved by a seek, opened at
+//     its oldest record, or finished by an earlier version of this library) makes the child
+//     open at its oldest record: nothing after the reshard is skipped;
+//   - a parent not known to be finished (trimmed, its row deleted) gates nothing.
 //
-// With several parents (a merge), one of the second kind is enough for the oldest record.
-// Called with the table's lock held.
+// With several parents (a merge), one of the second kind is enough for the oldest record;
+// otherwise the child opens at the earliest instant passed on. Without a finished parent it
+// opens at the initial position. Called with the table's lock held.
 func (t *shardTable) startInput(id string, cp lease.Checkpoint, initial Position) (Position, bool) {
 	if in := t.installed; in != nil && t.applied[id] != in.epoch {
 		t.applied[id] = in.epoch
@@ -73,7 +76,7 @@ func (t *shardTable) startInput(id string, cp lease.Checkpoint, initial Position
 		return Horizon(), false
 	case strings.HasPrefix(seq, lease.AtTimestampPrefix):
 		if ms, err := strconv.ParseInt(seq[len(lease.AtTimestampPrefix):], 10, 64); err == nil {
-			return AtTimestamp(time.UnixMilli(ms)), false
+			return AtTimestamp(time.UnixMilli(ms)), true
 		}
 	case seq != "":
 		return Position{kind: posAfter, shard: id, sequence: seq, sub: int(max(cp.SubSequence, 0))}, false
@@ -81,21 +84,62 @@ func (t *shardTable) startInput(id string, cp lease.Checkpoint, initial Position
 	if in := t.installed; in != nil {
 		return in.later, false
 	}
+	var from Position
 	for _, p := range t.listing[id].parents {
 		if !t.finished[p] {
 			continue
 		}
-		// The parent's worker is forgotten only after its SHARD_END was written, which a
-		// listing may show first: until then its own flag says how it was read.
-		from := t.fromStart[p]
-		if w := t.workers[p]; w != nil {
-			from = w.fromStart.Load()
-		}
-		if !from {
+		at, ok := childStart(t.endOf(p))
+		if !ok {
 			return Horizon(), false
 		}
+		if from.IsZero() || at.unixNano < from.unixNano {
+			from = at
+		}
+	}
+	if !from.IsZero() {
+		return from, true
 	}
 	return initial, true
+}
+
+// endOf returns the SHARD_END checkpoint of finished shard id: as its lease row showed it, or
+// as a life here wrote it, when no listing showed it yet. A zero Checkpoint when neither is
+// known (the row, taken and found finished, was not listed since): its children open at
+// their oldest record. Called with the table's lock held.
+func (t *shardTable) endOf(id string) lease.Checkpoint {
+	if cp := t.leases[id].Checkpoint; cp.Sequence == lease.ShardEnd {
+		return cp
+	}
+	if w := t.workers[id]; w != nil {
+		if cp := w.shown.Load(); cp != nil && cp.Sequence == lease.ShardEnd {
+			return *cp
+		}
+	}
+	return t.shardEnds[id]
+}
+
+// endCheckpoint is the SHARD_END checkpoint of shard w, read to its end: with the instant its
+// children open at as its sub-sequence (milliseconds since the epoch) when w opened at a
+// stream-wide instant it passes on (startInput) and no seek moved it since. A sub-sequence
+// says nothing else of SHARD_END, and a library that does not know this reads the row as
+// SHARD_END all the same (its children then open at their oldest record). An instant at or
+// before the epoch is not recorded: every record arrived after it.
+func (w *worker) endCheckpoint() lease.Checkpoint {
+	end := lease.Checkpoint{Sequence: lease.ShardEnd}
+	if w.fromStart.Load() && w.start.kind == posTimestamp {
+		end.SubSequence = max(time.Unix(0, w.start.unixNano).UnixMilli(), 0)
+	}
+	return end
+}
+
+// childStart returns the instant a shard's SHARD_END checkpoint end passes on to its children,
+// or false when it passes none: the children open at their oldest record.
+func childStart(end lease.Checkpoint) (Position, bool) {
+	if end.Sequence != lease.ShardEnd || end.SubSequence <= 0 {
+		return Position{}, false
+	}
+	return AtTimestamp(time.UnixMilli(end.SubSequence)), true
 }
 
 // marker is the checkpoint value that makes a later owner open a shard where p opened it.

@@ -1,6 +1,10 @@
 package kinesub
 
-import "time"
+import (
+	"time"
+
+	"github.com/gostream/kinesub/lease"
+)
 
 // ShardState is what a subscriber knows about one shard of its stream.
 type ShardState string
@@ -94,7 +98,10 @@ func (w *worker) describe(st *ShardStatus) {
 	}
 	w.mu.Unlock()
 	if p := w.shown.Load(); p != nil {
-		st.LastCheckpoint, st.LastCheckpointSubSequence = p.Sequence, int(p.SubSequence)
+		st.LastCheckpoint = p.Sequence
+		if p.Sequence != lease.ShardEnd { // SHARD_END's says where the children open (start.go)
+			st.LastCheckpointSubSequence = int(p.SubSequence)
+		}
 	}
 	st.MillisBehindLatest = w.millisBehind.Load()
 	st.Throttled = w.throttled.Load()

@@ -69,8 +69,10 @@ type Checkpoint struct {
 	// SubSequence places the checkpoint inside a record aggregated by the Kinesis Producer
 	// Library: when positive, the user records of the aggregate Sequence with sub-sequence
 	// numbers below SubSequence are handled and the others are not. Zero when the whole record
-	// Sequence is handled (or Sequence is not a sequence number); leases written before
-	// sub-sequences were stored read as zero. Never negative.
+	// Sequence is handled, or Sequence is a position marker or empty; leases written before
+	// sub-sequences were stored read as zero. With ShardEnd: zero, or the instant (milliseconds
+	// since the epoch) the shard's children open at, which kinesub records when it read the
+	// shard from that stream-wide start. Never negative.
 	SubSequence int64
 }
 
