@@ -1,7 +1,6 @@
 package kinesub
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,12 +13,6 @@ const (
 	dispatchStopped        // Close stopped it, or stopped the subscription before it ran
 )
 
-// messagesBuffer is the capacity of the Messages channel. A buffer spares the dispatcher and
-// the consumer a goroutine switch per record; its deliveries are all of one shard and one
-// generation at a time, so that a fence can empty it of stale ones without reordering anything
-// (see dispatch).
-const messagesBuffer = 64
-
 // delivery is how fetched records reach the consumer: the hand-off from the readers
 // (handoff.go), which pull loops take from, and the Messages channel with the dispatcher that
 // feeds it. It owns the dispatcher: stop ends it and waits for it.
@@ -27,10 +20,10 @@ type delivery struct {
 	hand    *handoff
 	metrics *metrics
 	probes  *probeSet      // tests only (probe.go)
-	out     chan *Message  // dispatcher → consumer (Messages), messagesBuffer deliveries of one shard
-	fence   chan *fenceReq // fencers re-check the dispatcher's held delivery and buffer
+	out     chan *Message  // dispatcher → consumer (Messages), unbuffered
+	fence   chan *fenceReq // fencers re-check the dispatcher's held delivery
 	// fenceSem: one fencer at a time; fencing: a fencer is at work, and the dispatcher, which
-	// looks at the flag between two sends, must wait for its request.
+	// looks at the flag before each send, must wait for its request.
 	fenceSem chan struct{}
 	fencing  atomic.Bool
 
@@ -41,10 +34,10 @@ type delivery struct {
 	done   chan struct{} // closed when the dispatcher has returned (or will never run)
 }
 
-func newDelivery(hand *handoff, m *metrics, buffer int, p *probeSet) *delivery {
+func newDelivery(hand *handoff, m *metrics, p *probeSet) *delivery {
 	return &delivery{
 		hand: hand, metrics: m, probes: p,
-		out:      make(chan *Message, buffer),
+		out:      make(chan *Message),
 		fence:    make(chan *fenceReq),
 		fenceSem: make(chan struct{}, 1),
 		done:     make(chan struct{}),
@@ -55,10 +48,12 @@ func newDelivery(hand *handoff, m *metrics, buffer int, p *probeSet) *delivery {
 // after ctx cancellation or after a fatal error (see Err), so ranging over it always ends.
 // Records of one shard arrive in order; records of different shards interleave.
 //
-// The channel has room for 64 records, all of one shard at a time: the consumer takes them
-// without waiting for another goroutine each time. A Seek, a lost or handed-back lease and
-// Close take back those of the shards they move before they return, so the guarantee is the
-// same as with no buffer: nothing fetched before Seek returns is received after it.
+// The channel has no buffer: each record is checked against the lease deadline and its shard's
+// state right before it is sent, and a send waiting for the consumer is withdrawn when a Seek,
+// a lost or handed-back lease or Close moves its shard on. So nothing fetched before Seek
+// returns is received after it, and a process paused (a GC, a frozen VM, SIGSTOP) past the
+// end of its lease hands the consumer at most the one record whose send was under way when it
+// paused (docs/leases.md; Message.Tenure lets a sink refuse it).
 //
 // The first call makes the channel this subscription's way of consuming, for good: records
 // flow into it once any All or Batches loop running then has ended, and later All or Batches
@@ -83,26 +78,22 @@ func (d *delivery) messages() <-chan *Message {
 // dispatcher is the state of the goroutine behind Messages, owned by it.
 type dispatcher struct {
 	d    *delivery
-	held *Message // the next delivery, counted as handed out, not yet in out
-	// What out holds: deliveries of one shard and one generation only (or nothing). A fence
-	// that makes them stale can then take every one it finds there: whatever the consumer
-	// receives meanwhile is of that shard and in order, and no other shard's delivery is
-	// taken out of turn.
-	outShard *worker
-	outGen   uint64
-	timer    *time.Timer // paces awaitTaken
+	held *Message // the next delivery, counted as handed out, not yet received
 }
 
 // dispatch hands deliveries to the consumer through Messages, dropping those whose shard has
 // moved on (sought, lost, closing) since they were fetched. A fence makes it re-check the
-// delivery it holds and empty out of stale ones, so nothing fetched before a seek reaches the
-// consumer after it.
+// delivery it holds, so nothing fetched before a seek reaches the consumer after it.
 //
-// Sends into out do not block while it has room, and the dispatcher looks at the fencing flag
-// between two of them: a select that could also take a fence would cost more per record. When
-// out is full it waits for the consumer or a fence, whichever comes first. Before it puts a
-// delivery of another shard or generation into out, it waits until the consumer has taken
-// everything there (awaitTaken).
+// Messages has no buffer, so that no record waits there past the checks it passed: a record
+// checked against the deadline and sitting in a buffer would reach a consumer resuming from a
+// whole-process pause after the deadline, while a peer reads its shard. Each record is checked
+// (the deadline, its shard's generation) right before its send, and the send waits for the
+// consumer or a fence, whichever comes first. Every end of a generation fences (invalidate),
+// the deadline's passing too (it loses every shard held), so a send waits for the consumer
+// only while its shard is read here. One record can reach the consumer late: the one whose
+// send was under way when the whole process paused, whose send completes as it resumes; that
+// is the same to everyone as a receive just before the pause (docs/leases.md).
 func (dl *delivery) dispatch() {
 	defer close(dl.done)
 	defer close(dl.out)
@@ -118,12 +109,9 @@ func (dl *delivery) dispatch() {
 			}
 		}
 	}
-	d.timer = time.NewTimer(time.Hour)
-	d.timer.Stop()
 	defer func() {
 		if d.held != nil {
-			d.held.pg.shard.out.done(1)
-			abandonSpan(d.held)
+			d.drop()
 		}
 	}()
 	for {
@@ -141,15 +129,6 @@ func (dl *delivery) dispatch() {
 				continue
 			}
 		}
-		if pg := d.held.pg; pg.shard != d.outShard || pg.gen != d.outGen {
-			if len(dl.out) > 0 {
-				if d.awaitTaken() {
-					return
-				}
-				continue // a fence may have dropped held
-			}
-			d.outShard, d.outGen = pg.shard, pg.gen
-		}
 		dl.probes.hold()
 		if t := dl.hand.tenure; !t.mayHandOut() {
 			// The lease deadline passed: nothing goes out until every shard held was given up,
@@ -163,27 +142,24 @@ func (dl *delivery) dispatch() {
 			}
 			continue
 		}
+		if pg := d.held.pg; pg.gen != pg.shard.gate.Load() {
+			d.drop() // moved on, its fence on its way
+			continue
+		}
 		var checked time.Time
 		if dl.probes != nil {
 			checked = time.Now()
+			dl.probes.passed(d.held)
 		}
-		select {
+		select { // a consumer waiting to receive takes it at once
 		case dl.out <- d.held:
-			dl.probes.handOutChecked(d.held, checked)
-			dl.metrics.consumed(d.held)
-			d.held = nil
+			d.sent(checked)
 			continue
 		default:
 		}
-		// A send that waits for room completes when the consumer takes a record: if the whole
-		// process is paused meanwhile, perhaps past the deadline, that is the same to everyone
-		// as the consumer having received it before the pause (docs/leases.md). Without a
-		// pause, the deadline's fence withdraws it.
 		select {
 		case dl.out <- d.held:
-			dl.probes.handOutChecked(d.held, checked)
-			dl.metrics.consumed(d.held)
-			d.held = nil
+			d.sent(checked)
 		case req := <-dl.fence:
 			if d.answer(req) {
 				return
@@ -192,44 +168,16 @@ func (dl *delivery) dispatch() {
 	}
 }
 
-// awaitTaken waits until the consumer has taken everything in out, answering fences meanwhile,
-// and reports whether one stopped the dispatcher. Nothing signals a channel running empty, so
-// it looks: yields for up to 50µs first (the consumer is often about to receive, and a timer
-// shorter than a millisecond may sleep a whole one), then sleeps of a sixteenth of the time
-// waited so far, so that a slow consumer loses at most about that share of its time and a
-// stuck one costs a few wake-ups a second.
-func (d *dispatcher) awaitTaken() bool {
-	dl := d.d
-	start := time.Now()
-	for range 64 {
-		if len(dl.out) == 0 {
-			return false
-		}
-		if time.Since(start) > 50*time.Microsecond {
-			break
-		}
-		runtime.Gosched()
-	}
-	for len(dl.out) > 0 {
-		d.timer.Reset(min(max(time.Since(start)/16, 20*time.Microsecond), 50*time.Millisecond))
-		select {
-		case <-d.timer.C:
-		case req := <-dl.fence:
-			d.timer.Stop()
-			if d.answer(req) {
-				return true
-			}
-		}
-	}
-	return false
+// sent notes that the consumer received the held delivery, checked at checked.
+func (d *dispatcher) sent(checked time.Time) {
+	d.d.probes.handOutChecked(d.held, checked)
+	d.d.metrics.consumed(d.held)
+	d.held = nil
 }
 
 // awaitPage waits for the next page, or a fence, and reports whether a fence stopped the
-// dispatcher. Meanwhile the consumer waits for records (utilization.go) once it has taken what
-// out holds: nothing signals that either, so while out holds records it looks as awaitTaken
-// does, after an eighth of the time waited so far (so that the wait counts from at most that
-// late), at least 20µs and at most 250ms apart: a consumer that stopped receiving costs four
-// wake-ups a second.
+// dispatcher. Meanwhile the consumer waits for records (utilization.go): it has received
+// everything sent.
 func (d *dispatcher) awaitPage() bool {
 	dl := d.d
 	select {
@@ -237,23 +185,6 @@ func (d *dispatcher) awaitPage() bool {
 		dl.hand.refill(page)
 		return false
 	default:
-	}
-	var start time.Time
-	for len(dl.out) > 0 {
-		if start.IsZero() {
-			start = time.Now()
-		}
-		d.timer.Reset(min(max(time.Since(start)/8, 20*time.Microsecond), 250*time.Millisecond))
-		select {
-		case page := <-dl.hand.in:
-			d.timer.Stop()
-			dl.hand.refill(page)
-			return false
-		case req := <-dl.fence:
-			d.timer.Stop()
-			return d.answer(req)
-		case <-d.timer.C:
-		}
 	}
 	dl.hand.util.waiting(true)
 	defer dl.hand.util.waiting(false)
@@ -272,40 +203,26 @@ type fenceReq struct {
 	stop bool          // the dispatcher must end (stopDispatch)
 }
 
-// answer lowers the fencing flag, drops the held delivery and empties out when they are stale
-// (everything, when the dispatcher must stop), acknowledges req, and reports req.stop.
+// answer lowers the fencing flag, drops the held delivery when it is stale (whatever it is,
+// when the dispatcher must stop), acknowledges req, and reports req.stop.
 func (d *dispatcher) answer(req *fenceReq) bool {
 	d.d.fencing.Store(false)
 	if h := d.held; h != nil && (req.stop || h.pg.gen != h.pg.shard.gate.Load()) {
-		h.pg.shard.out.done(1)
-		abandonSpan(h)
-		d.held = nil
-	}
-	if w := d.outShard; w != nil && (req.stop || d.outGen != w.gate.Load()) {
-		d.empty()
+		d.drop()
 	}
 	close(req.ack)
 	return req.stop
 }
 
-// empty takes back what out holds. The consumer may receive some of it meanwhile: that is
-// before the fence returns, and in order, as out holds one shard's deliveries.
-func (d *dispatcher) empty() {
-	for {
-		select {
-		case m := <-d.d.out:
-			m.pg.shard.out.done(1)
-			abandonSpan(m)
-		default:
-			d.outShard = nil
-			return
-		}
-	}
+// drop lets go of the held delivery, uncounted: it was never received.
+func (d *dispatcher) drop() {
+	d.held.pg.shard.out.done(1)
+	abandonSpan(d.held)
+	d.held = nil
 }
 
 // fence returns once no consumer can be handed a delivery checked against a gate as it was
-// before the caller moved it: the dispatcher, if it runs, has re-checked the delivery it holds
-// and emptied Messages' buffer of stale ones. A pull loop needs no fence: it checks each
+// before the caller moved it: the dispatcher, if it runs, has re-checked the delivery it holds. A pull loop needs no fence: it checks each
 // delivery as it takes it (handoff). The wait is not cancelled: the dispatcher answers at once,
 // and other fencers are as quick.
 func (d *delivery) fenceDispatch() {
@@ -326,7 +243,7 @@ func (d *delivery) fenceDispatch() {
 
 // sendFence raises the fencing flag, delivers req to the dispatcher and waits for the answer.
 // The caller holds fenceSem: the flag is one fencer's until the dispatcher has lowered it.
-// sendFence does not wait on a context: the dispatcher looks at the flag between two sends and
+// sendFence does not wait on a context: the dispatcher looks at the flag before each send and
 // takes fences wherever it waits (or is done), and answers a request as soon as it has it.
 func (d *delivery) sendFence(req *fenceReq) {
 	d.fencing.Store(true)

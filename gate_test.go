@@ -12,10 +12,10 @@ import (
 )
 
 // newGateHarness builds just the consumer side of a Subscriber, its delivery: deliveries
-// pushed into hand.in come out of Messages unless their stamp is stale. Messages has room for buffer
-// deliveries; with none, the dispatcher holds the delivery the consumer has not taken.
-func newGateHarness(t *testing.T, buffer int) *delivery {
-	d := newDelivery(newHandoff(16), nil, buffer, nil)
+// pushed into hand.in come out of Messages unless their stamp is stale. The dispatcher holds
+// the delivery the consumer has not taken.
+func newGateHarness(t *testing.T) *delivery {
+	d := newDelivery(newHandoff(16), nil, nil)
 	d.messages()
 	t.Cleanup(d.stop)
 	return d
@@ -37,7 +37,7 @@ func TestGateDropsStaleStamps(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := newGateHarness(t, 0)
+				s := newGateHarness(t)
 				w := &worker{id: "shard-1"}
 				w.gate.Store(tc.gate)
 				s.hand.in <- testPage(w, tc.stamp, tc.name)
@@ -63,7 +63,7 @@ func TestFenceRetractsHeldDelivery(t *testing.T) {
 }
 
 func testFenceRetractsHeldDelivery(t *testing.T) {
-	s := newGateHarness(t, 0)
+	s := newGateHarness(t)
 	w := &worker{id: "shard-1"}
 	s.hand.in <- testPage(w, 0, "pre-seek", "pre-seek too")
 	synctest.Wait() // the dispatcher now holds the first, blocked on the consumer
@@ -88,7 +88,7 @@ func testFenceRetractsHeldDelivery(t *testing.T) {
 // ones of its page, and stays counted once.
 func TestFenceTakesBackCurrentDelivery(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newGateHarness(t, 0)
+		s := newGateHarness(t)
 		w := &worker{id: "shard-1"}
 		s.hand.in <- testPage(w, 0, "first", "second", "third")
 		synctest.Wait() // the dispatcher now sends "first", blocked on the consumer
@@ -114,14 +114,8 @@ func TestFenceTakesBackCurrentDelivery(t *testing.T) {
 // TestFencesKeepOrder: fences racing a consumer that receives every delivery, from several
 // goroutines at once, neither lose, repeat nor reorder anything.
 func TestFencesKeepOrder(t *testing.T) {
-	for _, buffer := range []int{0, 8} {
-		t.Run("buffer="+strconv.Itoa(buffer), func(t *testing.T) { testFencesKeepOrder(t, buffer) })
-	}
-}
-
-func testFencesKeepOrder(t *testing.T, buffer int) {
 	const pages, perPage = 50, 40
-	s := newGateHarness(t, buffer)
+	s := newGateHarness(t)
 	w := &worker{id: "shard-1"}
 	go func() { // owned by the test: it ends once every page is queued
 		for p := range pages {
@@ -167,107 +161,12 @@ func testFencesKeepOrder(t *testing.T, buffer int) {
 	}
 }
 
-// TestFenceEmptiesStaleBuffer: deliveries waiting in Messages' buffer when their shard is
-// sought are taken back by the fence and uncounted; the consumer's next record is from the new
-// position.
-func TestFenceEmptiesStaleBuffer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newGateHarness(t, 4)
-		w := &worker{id: "shard-1"}
-		s.hand.in <- testPage(w, 0, "a", "b", "c")
-		synctest.Wait()
-		if n := len(s.out); n != 3 {
-			t.Fatalf("buffered %d deliveries, want 3", n)
-		}
-		w.gate.Add(1)
-		s.fenceDispatch()
-		if n := len(s.out); n != 0 {
-			t.Fatalf("%d stale deliveries left in the buffer after the fence", n)
-		}
-		if n := w.out.count(); n != 0 {
-			t.Fatalf("handed out = %d, want 0", n)
-		}
-		s.hand.in <- testPage(w, 1, "post-seek")
-		if m := <-s.out; string(m.Data()) != "post-seek" {
-			t.Fatalf("got %q after the fence", m.Data())
-		}
-	})
-}
-
-// TestFenceLeavesOtherShardsBuffered: a fence for one shard leaves another shard's buffered
-// deliveries where they are, in order.
-func TestFenceLeavesOtherShardsBuffered(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newGateHarness(t, 4)
-		w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
-		s.hand.in <- testPage(w1, 0, "a", "b")
-		synctest.Wait()
-		w2.gate.Add(1)
-		s.fenceDispatch()
-		for _, want := range []string{"a", "b"} {
-			if m := <-s.out; string(m.Data()) != want {
-				t.Fatalf("got %q, want %q", m.Data(), want)
-			}
-		}
-		if n := w1.out.count(); n != 2 {
-			t.Fatalf("handed out = %d, want 2", n)
-		}
-	})
-}
-
-// TestBufferHoldsOneShard: the buffer never holds two shards' deliveries (a fence could not
-// otherwise empty one of them without taking the other's out of turn): the next shard's wait
-// until the consumer has taken the first's, and a fence meanwhile finds only stale ones.
-func TestBufferHoldsOneShard(t *testing.T) {
-	// Two pages of two shards, with room for both in the buffer: only the first shard's is there.
-	twoShards := func(t *testing.T) (*delivery, *worker) {
-		s := newGateHarness(t, 4)
-		w1, w2 := &worker{id: "shard-1"}, &worker{id: "shard-2"}
-		s.hand.in <- testPage(w1, 0, "a", "b")
-		s.hand.in <- testPage(w2, 0, "x")
-		synctest.Wait()
-		if n := len(s.out); n != 2 {
-			t.Fatalf("buffered %d deliveries, want shard-1's 2", n)
-		}
-		return s, w1
-	}
-	t.Run("consumer takes them", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, _ := twoShards(t)
-			for _, want := range []string{"a", "b", "x"} {
-				if m := <-s.out; string(m.Data()) != want {
-					t.Fatalf("got %q, want %q", m.Data(), want)
-				}
-			}
-		})
-	})
-	t.Run("fence empties them", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			s, w1 := twoShards(t)
-			w1.gate.Add(1)
-			s.fenceDispatch()
-			if m := <-s.out; string(m.Data()) != "x" {
-				t.Fatalf("got %q, want x", m.Data())
-			}
-			if n := w1.out.count(); n != 0 {
-				t.Fatalf("shard-1 handed out = %d, want 0", n)
-			}
-		})
-	})
-}
-
 // TestSeekFencesUnderLoad: fencers seek two shards at random while pages keep arriving and a
 // consumer receives everything. Per shard, records arrive in order, nothing repeats, nothing is
 // skipped but stale records, and no record fetched before a fence returned is received after it.
 func TestSeekFencesUnderLoad(t *testing.T) {
-	for _, buffer := range []int{0, 8, messagesBuffer} {
-		t.Run("buffer="+strconv.Itoa(buffer), func(t *testing.T) { testSeekFencesUnderLoad(t, buffer) })
-	}
-}
-
-func testSeekFencesUnderLoad(t *testing.T, buffer int) {
 	const pages, perPage = 200, 25
-	s := newGateHarness(t, buffer)
+	s := newGateHarness(t)
 	ws := []*worker{{id: "shard-0"}, {id: "shard-1"}}
 	var fenced [2]atomic.Uint64 // per shard: the generation every fence returned so far made current
 	var gensMu sync.Mutex
@@ -356,9 +255,7 @@ func testSeekFencesUnderLoad(t *testing.T, buffer int) {
 		if n <= prev[i] {
 			t.Fatalf("shard-%d: record %d after %d", i, n, prev[i])
 		}
-		// A record skipped was stale: its shard has been sought since it was fetched. (Records of
-		// a stale generation that the consumer receives while the fence empties the buffer may
-		// have gaps; they were delivered before the fence returned.)
+		// A record skipped was stale: its shard has been sought since it was fetched.
 		gensMu.Lock()
 		gate := ws[i].gate.Load()
 		for k := prev[i] + 1; k < n; k++ {

@@ -171,8 +171,8 @@ func (l *errList) add(err error) {
 // invalidate ends the current generation of each shard of ws for the cause end.cause, and
 // returns once nothing fetched in those generations can reach the consumer any more: the
 // gate of each is moved (a pull loop drops what it takes of the old generation), and the
-// Messages dispatcher has re-checked what it holds and emptied its buffer of stale
-// deliveries. It is the one way a generation ends, and so the one place a gate moves:
+// Messages dispatcher has re-checked the delivery it holds (Messages has no buffer). It is
+// the one way a generation ends, and so the one place a gate moves:
 //
 //   - causeSeek: the reader is told to reopen (reposition, in seek.go), and the handlers of
 //     the old generation's records are told to stop (workContext).

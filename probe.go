@@ -16,15 +16,16 @@ type probeSet struct {
 	// before the readers' deadline acts (tenure.go). It returns once the instance may run.
 	pause func()
 	// handedOut is called for each delivery as it is handed to the consumer's code: yielded by
-	// All or Batches, sent into Messages, or passed to a Process handler. checked is when the
-	// deadline was checked for it: a moment before, except for a send into Messages that waited
-	// for room in the channel, which completes when the consumer takes a record.
+	// All or Batches, sent into Messages (right after the send completed: the consumer has it),
+	// or passed to a Process handler. checked is when the deadline was checked for it: a moment
+	// before, except for a send into Messages that waited for the consumer to receive.
 	handedOut func(m *Message, checked time.Time)
 	// checked is called between a delivery's last check (the deadline, its shard's generation
 	// or drain) and its hand-out: for a Process job before its handler's call, for a record of
-	// All before it is yielded, for the first record of a Batch of Batches. It is where a
-	// stalled process has let a record pass its checks and not yet handed it out. Tests only;
-	// the fleet simulation leaves it nil.
+	// All before it is yielded, for the first record of a Batch of Batches, for a record of
+	// Messages before its send. It is where a stalled process has let a record pass its checks
+	// and not yet handed it out. The fleet simulation notes there when a record of Messages was
+	// checked, and judges it when its consumer receives it.
 	checked func(m *Message)
 	// step is called at named steps of the lease protocol (see the call sites), in the
 	// goroutine that takes them.

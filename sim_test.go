@@ -195,6 +195,17 @@ type simRun struct {
 	sub    *Subscriber
 	stop   context.CancelFunc
 	done   chan struct{} // closed when its consumer returned
+	// sends: with the Messages style, each record on its way to the consumer, from its last
+	// check to its receive (handedOut, received).
+	sendMu sync.Mutex
+	sends  map[*Message]*simSend
+}
+
+// simSend is a record on its way through Messages: when its deadline was last checked, and when
+// its send into the channel completed (zero until the dispatcher reported it).
+type simSend struct {
+	checked, sent time.Time
+	received      bool // the consumer has it, before the dispatcher reported the send
 }
 
 // simConcurrency is the simulated Process's WithConcurrency.
@@ -325,7 +336,7 @@ func (in *simInstance) start() {
 	// Each run draws from a source of its own, so that what other goroutines draw, in whatever
 	// order they run, changes nothing of it.
 	rng := rand.New(rand.NewPCG(f.seed, uint64(in.slot)<<32|uint64(in.runs)))
-	r := &simRun{in: in, label: fmt.Sprintf("%s.%d", in.name, in.runs), gate: &sim.Gate{}, rng: rng}
+	r := &simRun{in: in, label: fmt.Sprintf("%s.%d", in.name, in.runs), gate: &sim.Gate{}, rng: rng, sends: map[*Message]*simSend{}}
 	if f.fx != nil {
 		r.epoch, r.leases = f.fx.epoch, f.fx.leases
 	}
@@ -356,6 +367,7 @@ func (in *simInstance) start() {
 	pr := &probeSet{
 		pause:     r.gate.Hold,
 		handedOut: r.handedOut,
+		checked:   r.checked,
 		step:      r.step,
 		incarnation: func() string {
 			incarnations++ // the subscribe and the coordinator's rejoins: one at a time
@@ -441,6 +453,7 @@ func (r *simRun) consume(ctx context.Context) {
 				if !ok {
 					return
 				}
+				r.received(m)
 				ack(m)
 			}
 		}
@@ -579,13 +592,66 @@ func (r *simRun) handedOut(m *Message, checked time.Time) {
 	if r.gate.Dead() {
 		return // a crashed process hands nothing out
 	}
-	// A send into Messages that waited for room across a pause of the instance completes as
-	// it resumes; to everyone that is the consumer receiving it before the pause, when its
-	// deadline was checked. Without a pause, it is handed out now.
+	if r.in.style == "messages" {
+		// Judged as the consumer receives it (received): a record waiting in the channel's
+		// buffer, if it has one, is handed out only then.
+		r.sendMu.Lock()
+		defer r.sendMu.Unlock()
+		if s := r.sends[m]; s != nil && s.received {
+			delete(r.sends, m)
+		} else if s != nil {
+			s.sent = time.Now()
+		}
+		return
+	}
+	// A hand-out whose deadline was checked before a pause of the instance began and that
+	// completed as it resumed is, to everyone, one made before the pause, when its deadline was
+	// checked. (The other styles hand out a moment after the check, with no wait between.)
 	at := time.Now()
-	if r.gate.PausedSince(checked) {
+	if r.gate.PauseBegan(checked, at) {
 		at = checked
 	}
+	r.in.f.check.HandOut(r.delivery(m), at)
+}
+
+// checked notes when a record passed its last check before its send into Messages.
+func (r *simRun) checked(m *Message) {
+	if r.in.style != "messages" {
+		return
+	}
+	r.sendMu.Lock()
+	r.sends[m] = &simSend{checked: time.Now()}
+	r.sendMu.Unlock()
+}
+
+// received judges a record as the consumer receives it from Messages: handed out now. One
+// whose send was under way when the instance paused (its check before the pause began, its
+// send completing as it resumed, as the consumer took it) is, to everyone, the consumer's
+// receive before the pause, when its deadline was checked: no one can tell the two apart. A
+// record that waited in the channel's buffer across the pause, its send complete before, is
+// handed out when the consumer takes it.
+func (r *simRun) received(m *Message) {
+	if r.gate.Dead() {
+		return // a crashed process hands nothing out
+	}
+	now := time.Now()
+	at := now
+	r.sendMu.Lock()
+	if s := r.sends[m]; s != nil {
+		// The dispatcher reports the send right after it completed, before it can block: a
+		// send not reported yet completed now, on the simulated clock.
+		sent := now
+		if !s.sent.IsZero() {
+			sent = s.sent
+			delete(r.sends, m)
+		} else {
+			s.received = true
+		}
+		if r.gate.PauseBegan(s.checked, sent) {
+			at = s.checked
+		}
+	}
+	r.sendMu.Unlock()
 	r.in.f.check.HandOut(r.delivery(m), at)
 }
 
@@ -1294,6 +1360,7 @@ var simRegressionSeeds = []struct {
 	{20, "checkpoint moved back from SHARD_END: a flush of the watermark after a SHARD_END write whose answer was lost"},
 	{2390, "two readers: a take begun under the old owner name registered its shard after the heartbeat row was found taken over"},
 	{3615, "a send into Messages blocked across a pause completed after the deadline: as a receive before the pause, which the checker now counts so"},
+	{122, "two readers: records that waited in Messages' buffer across a pause of their process reached its consumer after the deadline, while a peer read the shard (seen once Messages' hand-outs were judged at the consumer's receive)"},
 	{1099, "two readers, and a checkpoint moved back: a take whose write did not land read back an older holding of its own and read under it, while that holding's late Release (or checkpoint) landed; and an owner whose heartbeat read failed, never read before, counted as gone"},
 	// The sink and Seek events.
 	{103, "records lost: a seek while the reader waited on a finished shard's last page emptied the watermark, and the wait wrote SHARD_END over the dropped page"},

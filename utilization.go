@@ -15,13 +15,11 @@ import (
 // The meter is told of the consumer's transitions only, never of a record: a wait for records
 // that blocks reads the clock as it starts and as it ends, and that is all.
 //   - All and Batches: the consumer waits while its pull blocks on an empty hand-off.
-//   - Messages: the consumer waits once the dispatcher has nothing left to send and the
-//     channel's buffer is empty. The dispatcher cannot see the consumer take the buffer's last
-//     record, so it looks, as awaitTaken does: the wait counts from its look, an eighth of the
-//     time it waited for the buffer late at most. Nor can it see the consumer finish with the
-//     record it took last: that handling counts as waiting. So with Messages the utilization
-//     reads low while records come a few at a time to a consumer that takes long over each,
-//     and right as it nears saturation, when records wait in the buffer.
+//   - Messages: the consumer waits once the dispatcher has nothing left to send (the channel
+//     has no buffer: the consumer has received everything). The dispatcher cannot see the
+//     consumer finish with the record it took last: that handling counts as waiting. So with
+//     Messages the utilization reads low while records come a few at a time to a consumer that
+//     takes long over each.
 //   - Process: its WithConcurrency workers are the consumer; a worker is busy while it runs
 //     handlers (the times it reads around each run anyway), so the utilization is the mean
 //     share of workers busy.

@@ -277,10 +277,14 @@ type Delivery struct {
 	ID       string
 }
 
-// HandOut checks a delivery as it is handed out, at at: now, or, for one whose hand-out began
-// before a pause of its instance and completed as it resumed, when it began. One handed out
-// under a lower counter of the shard's lease than another one, at or after that one was, means
-// two readers.
+// HandOut checks a delivery as it is handed out, at at: when the consumer's code got it (for
+// Messages, when the consumer received it), or, for the one whose hand-out was under way when
+// its instance paused and completed as it resumed (a send into Messages that waited for the
+// consumer, checked before the pause began), when its deadline was checked: no one can tell
+// that from the consumer's receiving it before the pause. A record that waited in a buffer
+// across the pause, its send complete before it, is no such hand-out. One handed out under a
+// lower counter of the shard's lease than another one, at or after that one was, means two
+// readers.
 func (c *Checker) HandOut(d Delivery, at time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

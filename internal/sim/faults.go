@@ -13,12 +13,12 @@ import (
 // or hang until their context ends; crashed, they fail for good. The Kinesis transport and the
 // probes of a simulated instance go through the same gate as its lease table calls.
 type Gate struct {
-	mu      sync.Mutex
-	resume  chan struct{} // non-nil while paused; closed on resuming
-	resumed time.Time     // when the last pause ended
-	cut     bool
-	hang    bool
-	dead    bool
+	mu     sync.Mutex
+	resume chan struct{} // non-nil while paused; closed on resuming
+	began  []time.Time   // when each pause began, in order
+	cut    bool
+	hang   bool
+	dead   bool
 	// storeCut: only the lease table is out of reach (storeHang: its calls hang), while
 	// Kinesis still answers, so the instance goes on reading and handing out records.
 	storeCut  bool
@@ -34,6 +34,7 @@ func (g *Gate) Pause() {
 	defer g.mu.Unlock()
 	if g.resume == nil {
 		g.resume = make(chan struct{})
+		g.began = append(g.began, time.Now())
 	}
 }
 
@@ -44,16 +45,19 @@ func (g *Gate) Resume() {
 	if g.resume != nil {
 		close(g.resume)
 		g.resume = nil
-		g.resumed = time.Now()
 	}
 }
 
-// PausedSince reports whether the instance was paused at some moment since t: it is paused,
-// or a pause ended after t.
-func (g *Gate) PausedSince(t time.Time) bool {
+// PauseBegan reports whether a pause of the instance began between from and to (both included).
+func (g *Gate) PauseBegan(from, to time.Time) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.resume != nil || !g.resumed.Before(t)
+	for _, b := range g.began {
+		if !b.Before(from) && !b.After(to) {
+			return true
+		}
+	}
+	return false
 }
 
 // Cut cuts the instance off (hang: its calls block until their context ends; else they fail
