@@ -324,13 +324,8 @@ type placingStore struct {
 	key string
 }
 
-// fullStore is a lease store with every optional method, as both stores here have.
-type fullStore interface {
-	lease.Store
-	lease.PrefixLister
-	lease.OrderedCheckpointer
-	lease.NoteStealer
-}
+// fullStore is the lease store placingStore wraps.
+type fullStore = lease.Store
 
 func (p placingStore) Acquire(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
 	if key == p.key {
