@@ -12,6 +12,7 @@ import (
 
 	"github.com/gostream/kinesub/internal/efoevents"
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/telemetry"
 )
 
 // fanOut reads one shard over enhanced fan-out: a SubscribeToShard subscription whose events
@@ -65,7 +66,7 @@ func (s *Subscriber) newFanOut(id string, note chan struct{}) *fanOut {
 	f := s.cfg.fanOut
 	var fresh func() kinesisiface.Kinesis
 	if f.newClient != nil {
-		fresh = func() kinesisiface.Kinesis { return meteredKinesis{k: f.newClient(), r: s.metrics.req} }
+		fresh = func() kinesisiface.Kinesis { return telemetry.Kinesis{Client: f.newClient(), Requests: s.metrics.req} }
 	}
 	return &fanOut{
 		client: s.client, fresh: fresh, consumerARN: f.arn, stream: s.ref, shard: id, timeout: s.cfg.requestTimeout,

@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/gostream/kinesub/internal/telemetry"
 	"github.com/gostream/kinesub/lease"
 )
 
@@ -25,6 +25,11 @@ import (
 // counters are observed from per-shard tallies when the provider collects, not added to an
 // instrument per record, and the settle duration is measured on a sample of the deliveries
 // (settleSample).
+//
+// The calls made to Kinesis and to the lease store are counted by internal/telemetry's
+// wrappers of the client and the store (kinesub.requests, kinesub.request.duration); the
+// store's wrapper reports the capacity its calls consumed and the results of the checkpoint
+// writes to the instruments here (store).
 
 const meterName = "github.com/gostream/kinesub"
 
@@ -38,25 +43,25 @@ const meterName = "github.com/gostream/kinesub"
 // their page (shardPage.handed), not in every Message.
 const settleSample = 256
 
-// Attribute keys.
+// Attribute keys; those of the request instruments are internal/telemetry's.
 const (
-	attrSystem      = attribute.Key("messaging.system")
-	attrDestination = attribute.Key("messaging.destination.name")
+	attrSystem      = telemetry.AttrSystem
+	attrDestination = telemetry.AttrDestination
 	attrShard       = attribute.Key("kinesub.shard.id")
-	attrOperation   = attribute.Key("kinesub.operation")
-	attrOutcome     = attribute.Key("kinesub.outcome")
+	attrOperation   = telemetry.AttrOperation
+	attrOutcome     = telemetry.AttrOutcome
 	attrResult      = attribute.Key("kinesub.result")
 	attrTransition  = attribute.Key("kinesub.transition")
 	attrReason      = attribute.Key("kinesub.reason")
 )
 
-const systemKinesis = "aws_kinesis"
+const systemKinesis = telemetry.SystemKinesis
 
-// Values of kinesub.outcome.
+// Values of kinesub.outcome, on the request instruments (internal/telemetry).
 const (
-	outcomeOK        = "ok"
-	outcomeThrottled = "throttled"
-	outcomeError     = "error"
+	outcomeOK        = telemetry.OutcomeOK
+	outcomeThrottled = telemetry.OutcomeThrottled
+	outcomeError     = telemetry.OutcomeError
 )
 
 // Values of kinesub.transition.
@@ -75,80 +80,15 @@ const (
 	reasonOutsideHashRange = "outside_hash_key_range"
 )
 
-// durationBuckets are the request and settle duration histograms' bucket bounds, in seconds:
-// from a millisecond (an in-memory store) to a minute (a consumer stuck on a record).
-var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
-
-// requestMetrics counts the calls made to Kinesis and to the lease store, by operation and
-// outcome. It is safe for concurrent use.
-type requestMetrics struct {
-	requests metric.Int64Counter
-	duration metric.Float64Histogram
-	stream   attribute.KeyValue
-
-	mu   sync.Mutex
-	sets map[[2]string]metric.MeasurementOption // (operation, outcome) → attributes
-}
-
-func newRequestMetrics(meter metric.Meter, stream string) (*requestMetrics, error) {
-	r := &requestMetrics{stream: attrDestination.String(stream), sets: map[[2]string]metric.MeasurementOption{}}
-	var errRequests, errDuration error
-	r.requests, errRequests = meter.Int64Counter("kinesub.requests", metric.WithUnit("{request}"),
-		metric.WithDescription("Calls made to Kinesis and to the lease store, by operation and outcome."))
-	r.duration, errDuration = meter.Float64Histogram("kinesub.request.duration", metric.WithUnit("s"),
-		metric.WithDescription("Duration of the calls made to Kinesis and to the lease store."),
-		metric.WithExplicitBucketBoundaries(durationBuckets...))
-	return r, errors.Join(errRequests, errDuration)
-}
-
-// record counts one call of op that started at start and returned err.
-func (r *requestMetrics) record(ctx context.Context, op string, start time.Time, err error) {
-	d := time.Since(start).Seconds()
-	attrs := r.attrs(op, outcome(err))
-	r.requests.Add(ctx, 1, attrs)
-	r.duration.Record(ctx, d, attrs)
-}
-
-func (r *requestMetrics) attrs(op, out string) metric.MeasurementOption {
-	k := [2]string{op, out}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a, ok := r.sets[k]
-	if !ok {
-		a = metric.WithAttributeSet(attribute.NewSet(attrSystem.String(systemKinesis), r.stream,
-			attrOperation.String(op), attrOutcome.String(out)))
-		r.sets[k] = a
-	}
-	return a
-}
-
-// outcome classifies a call's error: the throttling exceptions of Kinesis and DynamoDB are
-// "throttled", any other error "error".
-func outcome(err error) string {
-	if err == nil {
-		return outcomeOK
-	}
-	var (
-		kThrottle *types.ProvisionedThroughputExceededException
-		kLimit    *types.LimitExceededException
-		kKMS      *types.KMSThrottlingException
-		dThrottle *ddbtypes.ProvisionedThroughputExceededException
-		dLimit    *ddbtypes.RequestLimitExceeded
-		dThrottl2 *ddbtypes.ThrottlingException
-	)
-	switch {
-	case errors.As(err, &kThrottle), errors.As(err, &kLimit), errors.As(err, &kKMS),
-		errors.As(err, &dThrottle), errors.As(err, &dLimit), errors.As(err, &dThrottl2):
-		return outcomeThrottled
-	}
-	return outcomeError
-}
+// durationBuckets are the duration histograms' bucket bounds, the request duration's among
+// them: from a millisecond (an in-memory store) to a minute (a consumer stuck on a record).
+var durationBuckets = telemetry.DurationBuckets
 
 // metrics are a Subscriber's instruments. Its methods are safe for concurrent use, and do
 // nothing on a nil *metrics (a Subscriber assembled by hand in a test).
 type metrics struct {
 	meter       metric.Meter
-	req         *requestMetrics
+	req         *telemetry.Requests
 	stream      attribute.KeyValue
 	settle      metric.Float64Histogram
 	checkpoints metric.Int64Counter
@@ -191,7 +131,7 @@ type shardStats struct {
 
 func newMetrics(mp metric.MeterProvider, stream string) (*metrics, error) {
 	meter := mp.Meter(meterName)
-	req, err := newRequestMetrics(meter, stream)
+	req, err := telemetry.NewRequests(meter, stream)
 	m := &metrics{meter: meter, req: req, stream: attrDestination.String(stream), shards: map[string]*shardStats{}}
 	errs := []error{err}
 	add := func(e error) { errs = append(errs, e) }
@@ -461,9 +401,55 @@ func transReleasedOr(handedBack bool) string {
 	return transReleased
 }
 
-// leaseCapacity returns ctx under which a DynamoDB lease store reports the capacity op consumes.
-func (m *metrics) leaseCapacity(ctx context.Context, op string) context.Context {
-	return lease.WithConsumedCapacity(ctx, func(units float64) {
-		m.capacity.Add(ctx, units, metric.WithAttributes(attrSystem.String(systemKinesis), m.stream, attrOperation.String(op)))
-	})
+// leaseCapacity counts the capacity units a call of the lease store's operation op consumed.
+func (m *metrics) leaseCapacity(ctx context.Context, op string, units float64) {
+	m.capacity.Add(ctx, units, metric.WithAttributes(attrSystem.String(systemKinesis), m.stream, attrOperation.String(op)))
+}
+
+// store returns s with its calls counted (kinesub.requests), the capacity they consume
+// (kinesub.lease.consumed_capacity) and the results of its checkpoint writes
+// (kinesub.checkpoint.writes) by shard: the key of a shard's lease is prefix and its id.
+func (m *metrics) store(s lease.Store, prefix string) lease.Store {
+	return telemetry.Store{Store: s, Requests: m.req, Capacity: m.leaseCapacity,
+		Checkpointed: func(ctx context.Context, key string, ok bool, err error) {
+			m.checkpointWritten(ctx, strings.TrimPrefix(key, prefix), ok, err)
+		}}
+}
+
+// publisherMetrics are a Publisher's instruments; safe for concurrent use.
+type publisherMetrics struct {
+	req      *telemetry.Requests
+	sent     metric.Int64Counter
+	failures metric.Int64Counter
+	attrs    metric.MeasurementOption
+}
+
+func newPublisherMetrics(mp metric.MeterProvider, stream string) (*publisherMetrics, error) {
+	meter := mp.Meter(meterName)
+	req, err := telemetry.NewRequests(meter, stream)
+	if err != nil {
+		return nil, err
+	}
+	p := &publisherMetrics{req: req,
+		attrs: metric.WithAttributeSet(attribute.NewSet(attrSystem.String(systemKinesis), attrDestination.String(stream)))}
+	if p.sent, err = meter.Int64Counter("messaging.client.sent.messages", metric.WithUnit("{message}"),
+		metric.WithDescription("Records written to the stream.")); err != nil {
+		return nil, err
+	}
+	if p.failures, err = meter.Int64Counter("kinesub.publish.failures", metric.WithUnit("{message}"),
+		metric.WithDescription("Records a Publish or PublishBatch call returned as not written.")); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// published counts the outcome of one Publish or PublishBatch call: sent records written,
+// failed not.
+func (p *publisherMetrics) published(ctx context.Context, sent, failed int) {
+	if sent > 0 {
+		p.sent.Add(ctx, int64(sent), p.attrs)
+	}
+	if failed > 0 {
+		p.failures.Add(ctx, int64(failed), p.attrs)
+	}
 }

@@ -2,14 +2,11 @@ package kinesub
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sort"
 	"testing"
 	"time"
 
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -299,35 +296,13 @@ func TestMeterProviderOptionRejectsNil(t *testing.T) {
 	require.ErrorContains(t, err, "WithPublishMeterProvider")
 }
 
-// TestMetricsOutcome classifies errors as a request's outcome: the throttling exceptions of
-// Kinesis and DynamoDB, however wrapped, are "throttled".
-func TestMetricsOutcome(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		want string
-	}{
-		{nil, outcomeOK},
-		{&types.ProvisionedThroughputExceededException{}, outcomeThrottled},
-		{fmt.Errorf("GetRecords: %w", &types.LimitExceededException{}), outcomeThrottled},
-		{&types.KMSThrottlingException{}, outcomeThrottled},
-		{fmt.Errorf("lease: renew: %w", &ddbtypes.ProvisionedThroughputExceededException{}), outcomeThrottled},
-		{&ddbtypes.RequestLimitExceeded{}, outcomeThrottled},
-		{&ddbtypes.ThrottlingException{}, outcomeThrottled},
-		{&types.ExpiredIteratorException{}, outcomeError},
-		{&ddbtypes.ConditionalCheckFailedException{}, outcomeError},
-		{context.DeadlineExceeded, outcomeError},
-	} {
-		require.Equal(t, tc.want, outcome(tc.err), "%T %v", tc.err, tc.err)
-	}
-}
-
 // TestMetricsCheckpointResults counts checkpoint writes through the metered store by result,
 // and every store call by operation.
 func TestMetricsCheckpointResults(t *testing.T) {
 	mt := newMeters(t)
 	m, err := newMetrics(mt.provider, "s")
 	require.NoError(t, err)
-	store := meteredStore{s: lease.NewMemory(), m: m, prefix: "s/"}
+	store := m.store(lease.NewMemory(), "s/")
 	ctx := context.Background()
 	ok, err := store.Acquire(ctx, "s/shard-1", "a", time.Minute)
 	require.True(t, ok)

@@ -201,7 +201,7 @@ func newDirectPath(cfg *config, client kinesisiface.Kinesis, m *metrics, log *sl
 	}
 	var record direct.Recorder
 	if m != nil && m.req != nil {
-		record = m.req.record
+		record = m.req.Record
 	}
 	d, err := direct.New(client, record)
 	if err != nil {

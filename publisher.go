@@ -14,6 +14,7 @@ import (
 
 	"github.com/gostream/kinesub/internal/kinesisiface"
 	"github.com/gostream/kinesub/internal/publish"
+	"github.com/gostream/kinesub/internal/telemetry"
 )
 
 // maxRecordBytes is the largest record the service stores: data plus partition key.
@@ -84,7 +85,7 @@ func newPublisher(client kinesisiface.Kinesis, stream string, opts ...PublisherO
 	if err != nil {
 		return nil, fmt.Errorf("kinesub: metrics: %w", err)
 	}
-	client = meteredKinesis{k: client, r: m.req}
+	client = telemetry.Kinesis{Client: client, Requests: m.req}
 	dest := publish.Stream{Name: ref.name, ARN: ref.arn}
 	p := &Publisher{client: client, stream: ref.name, ref: ref, metrics: m,
 		shards: publish.NewTracker(client, dest), tracer: newTracer(cfg.tracerProvider, ref.name)}

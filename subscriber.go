@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/gostream/kinesub/internal/kinesisiface"
+	"github.com/gostream/kinesub/internal/telemetry"
 )
 
 const (
@@ -117,9 +118,8 @@ func subscribe(ctx context.Context, client kinesisiface.Kinesis, stream string, 
 	if err != nil {
 		return nil, err
 	}
-	client = meteredKinesis{k: client, r: m.req}
-	metered := meteredStore{s: cfg.store, m: m, prefix: ref.name + "/"}
-	cfg.store = metered
+	client = telemetry.Kinesis{Client: client, Requests: m.req}
+	cfg.store = m.store(cfg.store, ref.name+"/")
 	changes := newChangeRow(ref.name)
 	s := &Subscriber{
 		metrics:      m,
